@@ -1,0 +1,192 @@
+package sql
+
+import (
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// ErrMigrationEdited is returned when an applied migration's text no longer
+// matches what was applied.
+var ErrMigrationEdited = errors.New("applied migration was edited")
+
+// Migration is one numbered, embedded SQL file.
+type Migration struct {
+	Version  int
+	Name     string
+	SQL      string
+	Checksum string
+}
+
+// Migrations returns the embedded migrations in version order.
+func Migrations() ([]Migration, error) {
+	entries, err := fs.ReadDir(migrationFiles, "migrations")
+	if err != nil {
+		return nil, fmt.Errorf("read embedded migrations: %w", err)
+	}
+	var migrations []Migration
+	for _, entry := range entries {
+		name := entry.Name()
+		prefix, _, ok := strings.Cut(name, "_")
+		version, err := strconv.Atoi(prefix)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("migration %q: name must start with a number and an underscore", name)
+		}
+		body, err := migrationFiles.ReadFile("migrations/" + name)
+		if err != nil {
+			return nil, fmt.Errorf("read migration %s: %w", name, err)
+		}
+		sum := sha256.Sum256(body)
+		migrations = append(migrations, Migration{Version: version, Name: name, SQL: string(body), Checksum: hex.EncodeToString(sum[:])})
+	}
+	sort.Slice(migrations, func(i, j int) bool { return migrations[i].Version < migrations[j].Version })
+	for i := 1; i < len(migrations); i++ {
+		if migrations[i].Version == migrations[i-1].Version {
+			return nil, fmt.Errorf("migrations %s and %s share version %d", migrations[i-1].Name, migrations[i].Name, migrations[i].Version)
+		}
+	}
+	return migrations, nil
+}
+
+// migrationsLockKey serialises concurrent `graphsync migrate` runs.
+const migrationsLockKey = 0x67736d6967726174 // "gsmigrat"
+
+const createMigrationsTable = `
+CREATE TABLE IF NOT EXISTS graphsync_schema_migrations (
+  version    INTEGER PRIMARY KEY,
+  name       TEXT NOT NULL,
+  checksum   TEXT NOT NULL,
+  applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+)`
+
+// Migrate applies every embedded migration not yet applied, each in its own
+// transaction, and returns the names of those it applied. It checks the
+// checksum of every applied migration first, so an edited migration stops it
+// before anything changes.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
+	migrations, err := Migrations()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: acquire connection: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(migrationsLockKey)); err != nil {
+		return nil, fmt.Errorf("migrate: take migration lock: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(migrationsLockKey)) //nolint:errcheck // released with the session anyway
+	if _, err := conn.Exec(ctx, createMigrationsTable); err != nil {
+		return nil, fmt.Errorf("migrate: create graphsync_schema_migrations: %w", err)
+	}
+	applied, err := appliedChecksums(ctx, conn.Conn())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkApplied(migrations, applied); err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, m := range migrations {
+		if _, done := applied[m.Version]; done {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO graphsync_schema_migrations (version, name, checksum) VALUES ($1, $2, $3)`,
+				m.Version, m.Name, m.Checksum)
+			return err
+		})
+		if err != nil {
+			return names, fmt.Errorf("migrate: apply %s: %w", m.Name, err)
+		}
+		names = append(names, m.Name)
+	}
+	return names, nil
+}
+
+// Pending returns the names of embedded migrations not yet applied, and an
+// error if an applied one was edited. Readiness checks call it.
+func Pending(ctx context.Context, db querier) ([]string, error) {
+	migrations, err := Migrations()
+	if err != nil {
+		return nil, err
+	}
+	var exists bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass('graphsync_schema_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("check migrations table: %w", err)
+	}
+	applied := map[int]string{}
+	if exists {
+		if applied, err = appliedChecksums(ctx, db); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkApplied(migrations, applied); err != nil {
+		return nil, err
+	}
+	var pending []string
+	for _, m := range migrations {
+		if _, done := applied[m.Version]; !done {
+			pending = append(pending, m.Name)
+		}
+	}
+	return pending, nil
+}
+
+// querier is what Pending needs: a pool, a connection or a transaction.
+type querier interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+	QueryRow(context.Context, string, ...any) pgx.Row
+}
+
+func appliedChecksums(ctx context.Context, db querier) (map[int]string, error) {
+	rows, err := db.Query(ctx, `SELECT version, checksum FROM graphsync_schema_migrations`)
+	if err != nil {
+		return nil, fmt.Errorf("read applied migrations: %w", err)
+	}
+	applied := map[int]string{}
+	var version int
+	var checksum string
+	_, err = pgx.ForEachRow(rows, []any{&version, &checksum}, func() error {
+		applied[version] = checksum
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read applied migrations: %w", err)
+	}
+	return applied, nil
+}
+
+func checkApplied(migrations []Migration, applied map[int]string) error {
+	known := map[int]bool{}
+	for _, m := range migrations {
+		known[m.Version] = true
+		if sum, ok := applied[m.Version]; ok && sum != m.Checksum {
+			return fmt.Errorf("%w: %s (applied checksum %.12s, embedded %.12s); add a new migration instead of editing it",
+				ErrMigrationEdited, m.Name, sum, m.Checksum)
+		}
+	}
+	for version := range applied {
+		if !known[version] {
+			return fmt.Errorf("database has migration %d that this binary does not know: is it older than the schema?", version)
+		}
+	}
+	return nil
+}
