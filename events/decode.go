@@ -1,0 +1,300 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// Record is a stored outbox row as far as decoding is concerned.
+type Record struct {
+	// OutboxID is outbox_messages.id, used only to name the row in errors (0: unknown).
+	OutboxID      int64
+	AggregateType string
+	AggregateID   int64
+	EventType     string
+	EventVersion  int16
+	Payload       []byte
+}
+
+// eventError is a decode or validation failure. Its text names the event and
+// the problem; errors.Is matches ErrUnknownEvent or ErrInvalidPayload.
+type eventError struct {
+	kind error
+	msg  string
+}
+
+func (e *eventError) Error() string { return e.msg }
+func (e *eventError) Unwrap() error { return e.kind }
+
+// Decode turns a stored row into the current version of its event, upcasting
+// an older event_version, and validates it. Payload keys the event does not
+// define are ignored. The error text reads like
+// `OrderPlaced v1 (outbox id 42): lines[1].quantity must be > 0, got -3`.
+func Decode(r Record) (Event, error) {
+	ev, err := decode(r)
+	if err != nil {
+		kind := ErrInvalidPayload
+		if errors.Is(err, ErrUnknownEvent) {
+			kind = ErrUnknownEvent
+		}
+		where := ""
+		if r.OutboxID != 0 {
+			where = fmt.Sprintf(" (outbox id %d)", r.OutboxID)
+		}
+		name := r.EventType
+		if _, known := catalog[name]; !known {
+			name = fmt.Sprintf("%.64q", name) // producer text: quoted and bounded
+		}
+		return nil, &eventError{kind: kind, msg: fmt.Sprintf("%s v%d%s: %s", name, r.EventVersion, where, err)}
+	}
+	return ev, nil
+}
+
+func decode(r Record) (Event, error) {
+	versions, known := catalog[r.EventType]
+	if !known {
+		return nil, fmt.Errorf("%w type", ErrUnknownEvent)
+	}
+	entry, known := versions[r.EventVersion]
+	if !known {
+		return nil, fmt.Errorf("%w version (known: %s)", ErrUnknownEvent, knownVersions(versions))
+	}
+	if r.AggregateType != entry.aggregateType {
+		return nil, fmt.Errorf("aggregate_type must be %q, got %.64q", entry.aggregateType, r.AggregateType)
+	}
+	if r.AggregateID <= 0 {
+		return nil, fmt.Errorf("aggregate_id must be > 0, got %d", r.AggregateID)
+	}
+	doc, err := parseObject(r.Payload)
+	if err != nil {
+		return nil, err
+	}
+	for _, path := range entry.required {
+		if err := requirePath(doc, path); err != nil {
+			return nil, err
+		}
+	}
+	if id, present := doc["id"]; present && id != nil {
+		if n, ok := id.(json.Number); !ok || n.String() != fmt.Sprint(r.AggregateID) {
+			return nil, fmt.Errorf("id %.32v does not match aggregate_id %d", id, r.AggregateID)
+		}
+	}
+	ev, err := entry.decode(r.Payload, doc)
+	if err != nil {
+		return nil, err
+	}
+	ev = withAggregateID(ev, r.AggregateID)
+	if err := ev.Validate(); err != nil {
+		return nil, err
+	}
+	return ev, nil
+}
+
+// Current returns the current event_version of an event type, and false for
+// a type outside the catalog.
+func Current(eventType string) (int16, bool) {
+	versions, known := catalog[eventType]
+	if !known {
+		return 0, false
+	}
+	var current int16
+	for v := range versions {
+		current = max(current, v)
+	}
+	return current, true
+}
+
+// Types lists the catalog's event types, sorted.
+func Types() []string {
+	types := make([]string, 0, len(catalog))
+	for t := range catalog {
+		types = append(types, t)
+	}
+	slices.Sort(types)
+	return types
+}
+
+type catalogEntry struct {
+	aggregateType string
+	// required are payload paths that must be present and not null:
+	// "a.b" is checked only when "a" is present, "a[].b" for every element.
+	required []string
+	decode   func(payload []byte, doc map[string]any) (Event, error)
+}
+
+var catalog = map[string]map[int16]catalogEntry{
+	TypeProductCreated: {
+		1: {AggregateProduct, productCreatedV1Required, upcastProductCreatedV1},
+		2: {AggregateProduct, productRequired, decodeAs[ProductCreated]},
+	},
+	TypeProductUpdated:      {1: {AggregateProduct, productRequired, decodeAs[ProductUpdated]}},
+	TypeProductPriceChanged: {1: {AggregateProduct, productRequired, decodeAs[ProductPriceChanged]}},
+	TypeProductDiscontinued: {1: {AggregateProduct, productRequired, decodeAs[ProductDiscontinued]}},
+	TypeProductDeleted:      {1: {AggregateProduct, []string{"version"}, decodeAs[ProductDeleted]}},
+	TypeOrderPlaced:         {1: {AggregateOrder, orderPlacedRequired, decodeAs[OrderPlaced]}},
+	TypeOrderConfirmed:      {1: {AggregateOrder, slices.Concat(orderRequired, []string{"confirmed_at"}), decodeAs[OrderConfirmed]}},
+	TypeOrderShipped:        {1: {AggregateOrder, slices.Concat(orderRequired, []string{"shipped_at"}), decodeAs[OrderShipped]}},
+	TypeOrderCancelled:      {1: {AggregateOrder, slices.Concat(orderRequired, []string{"cancelled_at"}), decodeAs[OrderCancelled]}},
+}
+
+func knownVersions(versions map[int16]catalogEntry) string {
+	var list []string
+	for v := range versions {
+		list = append(list, fmt.Sprint(v))
+	}
+	slices.Sort(list)
+	return strings.Join(list, ", ")
+}
+
+func decodeAs[T Event](payload []byte, _ map[string]any) (Event, error) {
+	var ev T
+	if err := unmarshal(payload, &ev); err != nil {
+		return nil, err
+	}
+	return ev, nil
+}
+
+// withAggregateID fills the id a payload may leave out; decode has already
+// checked that a present id equals aggregate_id.
+func withAggregateID(ev Event, id int64) Event {
+	switch e := ev.(type) {
+	case ProductCreated:
+		e.ID = id
+		return e
+	case ProductUpdated:
+		e.ID = id
+		return e
+	case ProductPriceChanged:
+		e.ID = id
+		return e
+	case ProductDiscontinued:
+		e.ID = id
+		return e
+	case ProductDeleted:
+		e.ID = id
+		return e
+	case OrderPlaced:
+		e.ID = id
+		return e
+	case OrderConfirmed:
+		e.ID = id
+		return e
+	case OrderShipped:
+		e.ID = id
+		return e
+	case OrderCancelled:
+		e.ID = id
+		return e
+	}
+	panic(fmt.Sprintf("events: %T is in the catalog but not in withAggregateID", ev))
+}
+
+// parseObject reads a payload as a JSON object, keeping numbers exact.
+func parseObject(payload []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, jsonError(err)
+	}
+	if dec.More() {
+		return nil, errors.New("payload has data after the JSON object")
+	}
+	obj, ok := doc.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("payload must be a JSON object, got %s", jsonKind(doc))
+	}
+	return obj, nil
+}
+
+func requirePath(doc map[string]any, path string) error {
+	return requireIn(doc, path, "")
+}
+
+func requireIn(obj map[string]any, path, prefix string) error {
+	head, rest, nested := strings.Cut(path, ".")
+	name, isArray := strings.CutSuffix(head, "[]")
+	value, present := obj[name]
+	if !present || value == nil {
+		if prefix != "" || !nested {
+			return fmt.Errorf("%s%s is required", prefix, name)
+		}
+		return nil // optional parent absent: "category.id" with no category
+	}
+	if !nested {
+		return nil
+	}
+	if !isArray {
+		child, ok := value.(map[string]any)
+		if !ok {
+			return fmt.Errorf("%s%s must be an object, got %s", prefix, name, jsonKind(value))
+		}
+		return requireIn(child, rest, prefix+name+".")
+	}
+	items, ok := value.([]any)
+	if !ok {
+		return fmt.Errorf("%s%s must be an array, got %s", prefix, name, jsonKind(value))
+	}
+	for i, item := range items {
+		child, ok := item.(map[string]any)
+		if !ok {
+			return fmt.Errorf("%s%s[%d] must be an object, got %s", prefix, name, i, jsonKind(item))
+		}
+		if err := requireIn(child, rest, fmt.Sprintf("%s%s[%d].", prefix, name, i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func unmarshal(payload []byte, v any) error {
+	if err := json.Unmarshal(payload, v); err != nil {
+		return jsonError(err)
+	}
+	return nil
+}
+
+// jsonError rewrites encoding/json errors into field-named messages.
+func jsonError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			field = "payload"
+		}
+		return fmt.Errorf("%s has the wrong type: got JSON %s, want %s", field, typeErr.Value, typeErr.Type)
+	case errors.As(err, &syntaxErr):
+		return fmt.Errorf("payload is not valid JSON at offset %d: %v", syntaxErr.Offset, syntaxErr)
+	case errors.Is(err, io.EOF):
+		return errors.New("payload is empty")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errors.New("payload is not valid JSON: it ends early")
+	default:
+		return fmt.Errorf("payload does not decode: %v", err)
+	}
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "an array"
+	case string:
+		return "a string"
+	case json.Number:
+		return "a number"
+	case bool:
+		return "a boolean"
+	}
+	return fmt.Sprintf("%T", v)
+}
