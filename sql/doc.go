@@ -4,6 +4,7 @@
 // order by Migrate; an applied migration whose text changed is an error, never
 // re-applied.
 //
-// It must not hold runtime queries of other packages: those live beside the
-// code that runs them.
+// Runtime statements live in queries/*.sql, each under a `-- name: X` line,
+// and are looked up with Query; every one is parameterised. This package runs
+// none of them itself: the relay and the commands do.
 package sql

@@ -56,3 +56,6 @@ BEGIN
   RETURN NULL;
 END
 $$;
+
+-- Offset readers keep the transaction position beside the id (relay/offsets.go).
+ALTER TABLE consumer_offsets ADD COLUMN last_processed_xid xid8 NOT NULL DEFAULT '0';

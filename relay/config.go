@@ -1,0 +1,194 @@
+package relay
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// WakeMode says how a relay learns that there is work.
+type WakeMode string
+
+const (
+	// WakePoll claims every PollInterval.
+	WakePoll WakeMode = "poll"
+	// WakeNotify claims when a LISTEN/NOTIFY hint arrives, and every
+	// PollInterval as a safety net.
+	WakeNotify WakeMode = "notify"
+	// WakeStream follows the outbox through logical replication and claims
+	// the rows it names in commit order; a fallback poll every
+	// FallbackPollInterval catches anything it missed.
+	WakeStream WakeMode = "stream"
+)
+
+// ParseWakeMode checks a wake mode given by a user.
+func ParseWakeMode(s string) (WakeMode, error) {
+	switch m := WakeMode(strings.ToLower(strings.TrimSpace(s))); m {
+	case WakePoll, WakeNotify, WakeStream:
+		return m, nil
+	default:
+		return "", fmt.Errorf("unknown wake mode %q: want poll, notify or stream", s)
+	}
+}
+
+// Config of a Relay. The zero value of each field means its default.
+type Config struct {
+	// ID names this relay process in locked_by. Default: host-pid-random.
+	ID string
+	// Wake is the wake mode. Default: poll.
+	Wake WakeMode
+	// Workers is the number of concurrent claim-deliver loops. Default: 1.
+	Workers int
+	// BatchSize is the most rows one claim takes. Default: 500.
+	BatchSize int
+	// PollInterval is the poll mode's period and the notify mode's safety
+	// net. Default: 500ms.
+	PollInterval time.Duration
+	// FallbackPollInterval is how often the stream mode polls for rows the
+	// stream did not deliver. Default: 30s.
+	FallbackPollInterval time.Duration
+	// Lease is how long a claim holds its rows before another relay may take
+	// them over; a live relay renews it every Lease/3. Default: 15s.
+	Lease time.Duration
+	// RetryStep and RetryMaxSteps give the retry schedule: a failed row waits
+	// LEAST(attempts, RetryMaxSteps) * RetryStep. Defaults: 30s and 8 (the seed's).
+	RetryStep     time.Duration
+	RetryMaxSteps int
+	// MaxAttempts is how many deliveries a row gets before it moves to the
+	// DLQ. Default: 10.
+	MaxAttempts int
+	// SinkBackoff is the first wait after the sink failed a whole batch; it
+	// doubles up to SinkBackoffMax. Defaults: 500ms and 30s.
+	SinkBackoff    time.Duration
+	SinkBackoffMax time.Duration
+	// DrainTimeout bounds how long a stopping relay waits for the batch in
+	// flight before abandoning it unmarked. Default: 10s.
+	DrainTimeout time.Duration
+	// NotifyChannel is the LISTEN channel of the notify mode. Default: graphsync_outbox.
+	NotifyChannel string
+	// Slot and Publication name the stream mode's replication slot and
+	// publication. Defaults: graphsync_outbox and graphsync_outbox.
+	Slot        string
+	Publication string
+	// StandbyStatusInterval is how often the stream mode reports its
+	// position to the server. Default: 10s.
+	StandbyStatusInterval time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.ID == "" {
+		c.ID = defaultRelayID()
+	}
+	if c.Wake == "" {
+		c.Wake = WakePoll
+	}
+	if c.Workers == 0 {
+		c.Workers = 1
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 500
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 500 * time.Millisecond
+	}
+	if c.FallbackPollInterval == 0 {
+		c.FallbackPollInterval = 30 * time.Second
+	}
+	if c.Lease == 0 {
+		c.Lease = 15 * time.Second
+	}
+	if c.RetryStep == 0 {
+		c.RetryStep = 30 * time.Second
+	}
+	if c.RetryMaxSteps == 0 {
+		c.RetryMaxSteps = 8
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 10
+	}
+	if c.SinkBackoff == 0 {
+		c.SinkBackoff = 500 * time.Millisecond
+	}
+	if c.SinkBackoffMax == 0 {
+		c.SinkBackoffMax = 30 * time.Second
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 10 * time.Second
+	}
+	if c.NotifyChannel == "" {
+		c.NotifyChannel = "graphsync_outbox"
+	}
+	if c.Slot == "" {
+		c.Slot = "graphsync_outbox"
+	}
+	if c.Publication == "" {
+		c.Publication = "graphsync_outbox"
+	}
+	if c.StandbyStatusInterval == 0 {
+		c.StandbyStatusInterval = 10 * time.Second
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if _, err := ParseWakeMode(string(c.Wake)); err != nil {
+		errs = append(errs, err)
+	}
+	positive := map[string]int64{
+		"workers": int64(c.Workers), "batch size": int64(c.BatchSize), "poll interval": int64(c.PollInterval),
+		"fallback poll interval": int64(c.FallbackPollInterval), "lease": int64(c.Lease),
+		"retry step": int64(c.RetryStep), "retry max steps": int64(c.RetryMaxSteps),
+		"max attempts": int64(c.MaxAttempts), "sink backoff": int64(c.SinkBackoff),
+		"drain timeout": int64(c.DrainTimeout), "standby status interval": int64(c.StandbyStatusInterval),
+	}
+	for name, v := range positive {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("relay %s must be positive", name))
+		}
+	}
+	if c.Lease > 0 && c.Lease < 300*time.Millisecond {
+		errs = append(errs, fmt.Errorf("relay lease %s is too short to renew (minimum 300ms)", c.Lease))
+	}
+	if c.MaxAttempts > 32000 {
+		errs = append(errs, fmt.Errorf("relay max attempts %d does not fit outbox_messages.attempts (smallint)", c.MaxAttempts))
+	}
+	if c.SinkBackoffMax < c.SinkBackoff {
+		errs = append(errs, fmt.Errorf("relay sink backoff max %s is below sink backoff %s", c.SinkBackoffMax, c.SinkBackoff))
+	}
+	for name, v := range map[string]string{"slot": c.Slot, "publication": c.Publication, "notify channel": c.NotifyChannel} {
+		if !validIdentifier(v) {
+			errs = append(errs, fmt.Errorf("relay %s %q: use lower-case letters, digits and underscores (at most 63)", name, v))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// validIdentifier keeps slot, publication and channel names to the characters
+// a replication slot accepts, so they can never carry SQL.
+func validIdentifier(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func defaultRelayID() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "relay"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+}

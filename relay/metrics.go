@@ -1,0 +1,114 @@
+package relay
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	gsql "graphsync/sql"
+)
+
+// Metrics are the relay's Prometheus collectors: the seed's required four
+// (outbox_lag_seconds, outbox_throughput, outbox_failures, outbox_dlq_depth)
+// plus claim latency, batch size and what the service needs to page on.
+type Metrics struct {
+	processed      prometheus.Counter
+	failures       *prometheus.CounterVec
+	dlqMoved       prometheus.Counter
+	sinkErrors     prometheus.Counter
+	claimDuration  prometheus.Histogram
+	batchSize      prometheus.Histogram
+	slotLagBytes   prometheus.Gauge
+	streamPosition prometheus.Gauge
+}
+
+// NewMetrics builds unregistered collectors; register them with Collectors.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		processed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_throughput", Help: "Outbox messages delivered and marked processed.",
+		}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_failures", Help: "Outbox messages the sink rejected, by event_type.",
+		}, []string{"event_type"}),
+		dlqMoved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_dlq_moved_total", Help: "Outbox messages moved to the DLQ by this process.",
+		}),
+		sinkErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_sink_unavailable_total", Help: "Batches the sink could not take at all (released uncounted).",
+		}),
+		claimDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "outbox_claim_duration_seconds", Help: "Latency of one claim transaction.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "outbox_batch_size", Help: "Messages per delivered batch.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+		}),
+		slotLagBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_replication_slot_lag_bytes", Help: "WAL the stream mode's slot retains (server WAL end minus confirmed position).",
+		}),
+		streamPosition: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_replication_confirmed_lsn", Help: "The stream mode's last confirmed LSN.",
+		}),
+	}
+}
+
+// Collectors returns the collectors to register, including the gauges read
+// from PostgreSQL at scrape time through pool.
+func (m *Metrics) Collectors(pool *pgxpool.Pool) []prometheus.Collector {
+	return []prometheus.Collector{m.processed, m.failures, m.dlqMoved, m.sinkErrors, m.claimDuration,
+		m.batchSize, m.slotLagBytes, m.streamPosition, &statsCollector{pool: pool}}
+}
+
+var (
+	lagDesc = prometheus.NewDesc("outbox_lag_seconds",
+		"Age of the oldest pending outbox message (0 when none is pending).", nil, nil)
+	dlqDepthDesc = prometheus.NewDesc("outbox_dlq_depth",
+		"Rows in outbox_messages_dlq.", nil, nil)
+	blockedDesc = prometheus.NewDesc("outbox_blocked_aggregates",
+		"Aggregates whose pending events wait behind a failing event.", nil, nil)
+	statsUpDesc = prometheus.NewDesc("outbox_stats_up",
+		"1 when the outbox gauges could be read from PostgreSQL at this scrape.", nil, nil)
+)
+
+// statsCollector reads the outbox gauges from PostgreSQL at scrape time, so
+// every process reports the same truth and nothing is cached stale.
+type statsCollector struct{ pool *pgxpool.Pool }
+
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- lagDesc
+	ch <- dlqDepthDesc
+	ch <- blockedDesc
+	ch <- statsUpDesc
+}
+
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	stats, err := ReadStats(context.Background(), c.pool)
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(statsUpDesc, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(statsUpDesc, prometheus.GaugeValue, 1)
+	ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, stats.LagSeconds)
+	ch <- prometheus.MustNewConstMetric(dlqDepthDesc, prometheus.GaugeValue, float64(stats.DLQDepth))
+	ch <- prometheus.MustNewConstMetric(blockedDesc, prometheus.GaugeValue, float64(stats.BlockedAggregates))
+}
+
+// Stats is the outbox's state as the gauges report it.
+type Stats struct {
+	LagSeconds        float64
+	DLQDepth          int64
+	BlockedAggregates int64
+}
+
+// ReadStats reads the outbox gauges, within 5 seconds.
+func ReadStats(ctx context.Context, pool *pgxpool.Pool) (Stats, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var s Stats
+	err := pool.QueryRow(ctx, gsql.Query("OutboxStats")).Scan(&s.LagSeconds, &s.DLQDepth, &s.BlockedAggregates)
+	return s, err
+}

@@ -1,0 +1,186 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	gsql "graphsync/sql"
+)
+
+// store holds the relay's statements against outbox_messages. Each method is
+// one short transaction or statement; no lock is held across a delivery.
+type store struct {
+	pool    *pgxpool.Pool
+	relayID string
+	cfg     Config
+}
+
+// claimed is the result of a claim: messages to deliver, in delivery order,
+// and rows that ran out of attempts without an answer (their relay died
+// while delivering them) and were dead-lettered instead.
+type claimed struct {
+	messages     []Message
+	deadLettered []int64
+}
+
+// OutboxClaim claims up to BatchSize due rows in id order.
+func (s *store) OutboxClaim(ctx context.Context) (claimed, error) {
+	return s.claim(ctx, gsql.Query("OutboxClaim"), s.relayID, s.cfg.BatchSize, s.cfg.Lease)
+}
+
+// OutboxClaimByID claims the rows a replication stream named; the messages come
+// back in the order of ids (commit order).
+func (s *store) OutboxClaimByID(ctx context.Context, ids []int64) (claimed, error) {
+	c, err := s.claim(ctx, gsql.Query("OutboxClaimByID"), s.relayID, ids, s.cfg.Lease)
+	if err != nil {
+		return c, err
+	}
+	rank := make(map[int64]int, len(ids))
+	for i, id := range ids {
+		if _, seen := rank[id]; !seen {
+			rank[id] = i
+		}
+	}
+	sort.SliceStable(c.messages, func(i, j int) bool { return rank[c.messages[i].ID] < rank[c.messages[j].ID] })
+	return c, nil
+}
+
+func (s *store) claim(ctx context.Context, query string, args ...any) (claimed, error) {
+	var result claimed
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, gsql.Query("OutboxClaimLock")); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		messages, err := pgx.CollectRows(rows, scanMessage)
+		if err != nil {
+			return err
+		}
+		sort.Slice(messages, func(i, j int) bool { return messages[i].ID < messages[j].ID })
+		var exhausted []int64
+		var reasons []string
+		for _, m := range messages {
+			if int(m.Attempts) > s.cfg.MaxAttempts {
+				exhausted = append(exhausted, m.ID)
+				reasons = append(reasons, fmt.Sprintf("gave up after %d attempts: the relay holding it stopped before the sink answered (last attempt)", s.cfg.MaxAttempts))
+				continue
+			}
+			result.messages = append(result.messages, m)
+		}
+		if len(exhausted) > 0 {
+			moved, err := outboxMoveToDLQ(ctx, tx, exhausted, reasons, &s.relayID)
+			if err != nil {
+				return err
+			}
+			result.deadLettered = moved
+		}
+		return nil
+	})
+	if err != nil {
+		return claimed{}, fmt.Errorf("claim outbox batch: %w", err)
+	}
+	return result, nil
+}
+
+func scanMessage(row pgx.CollectableRow) (Message, error) {
+	var m Message
+	var trace pgtype.Text
+	err := row.Scan(&m.ID, &m.TenantID, &m.AggregateType, &m.AggregateID, &m.EventType,
+		&m.EventVersion, &m.Payload, &m.OccurredAt, &m.Attempts, &trace)
+	m.TraceID = trace.String
+	return m, err
+}
+
+// OutboxMarkProcessed marks delivered rows; it returns how many were still
+// leased by this relay.
+func (s *store) OutboxMarkProcessed(ctx context.Context, ids []int64) (int64, error) {
+	tag, err := s.pool.Exec(ctx, gsql.Query("OutboxMarkProcessed"), ids, s.relayID)
+	if err != nil {
+		return 0, fmt.Errorf("mark %d outbox rows processed: %w", len(ids), err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// OutboxExtendLease renews the lease of rows in delivery.
+func (s *store) OutboxExtendLease(ctx context.Context, ids []int64) error {
+	if _, err := s.pool.Exec(ctx, gsql.Query("OutboxExtendLease"), ids, s.relayID, s.cfg.Lease); err != nil {
+		return fmt.Errorf("extend lease of %d outbox rows: %w", len(ids), err)
+	}
+	return nil
+}
+
+// OutboxRelease hands rows back uncounted.
+func (s *store) OutboxRelease(ctx context.Context, ids []int64) error {
+	if _, err := s.pool.Exec(ctx, gsql.Query("OutboxRelease"), ids, s.relayID); err != nil {
+		return fmt.Errorf("release %d outbox rows: %w", len(ids), err)
+	}
+	return nil
+}
+
+// OutboxFail records the sink's rejections: rows that used their last attempt
+// move to the DLQ, the others wait for their retry. It returns the ids
+// dead-lettered.
+func (s *store) OutboxFail(ctx context.Context, failed []Message, reasons map[int64]error) ([]int64, error) {
+	var retryIDs, deadIDs []int64
+	var retryErrs, deadErrs []string
+	for _, m := range failed {
+		reason := reasons[m.ID].Error()
+		if int(m.Attempts) >= s.cfg.MaxAttempts {
+			deadIDs = append(deadIDs, m.ID)
+			deadErrs = append(deadErrs, fmt.Sprintf("attempt %d of %d: %s", m.Attempts, s.cfg.MaxAttempts, reason))
+		} else {
+			retryIDs = append(retryIDs, m.ID)
+			retryErrs = append(retryErrs, fmt.Sprintf("attempt %d of %d: %s", m.Attempts, s.cfg.MaxAttempts, reason))
+		}
+	}
+	var moved []int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if len(retryIDs) > 0 {
+			if _, err := tx.Exec(ctx, gsql.Query("OutboxRecordFailure"), retryIDs, retryErrs, s.relayID,
+				s.cfg.RetryStep, s.cfg.RetryMaxSteps); err != nil {
+				return err
+			}
+		}
+		if len(deadIDs) > 0 {
+			var err error
+			moved, err = outboxMoveToDLQ(ctx, tx, deadIDs, deadErrs, &s.relayID)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record %d failed outbox rows: %w", len(failed), err)
+	}
+	return moved, nil
+}
+
+// outboxMoveToDLQ moves rows to outbox_messages_dlq with their final error.
+// A nil holder moves them whoever holds them (admin use).
+func outboxMoveToDLQ(ctx context.Context, tx pgx.Tx, ids []int64, reasons []string, holder *string) ([]int64, error) {
+	rows, err := tx.Query(ctx, gsql.Query("OutboxMoveToDLQ"), ids, reasons, holder)
+	if err != nil {
+		return nil, err
+	}
+	moved, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("move %d rows to the DLQ: %w", len(ids), err)
+	}
+	return moved, nil
+}
+
+func messageIDs(messages []Message) []int64 {
+	ids := make([]int64, len(messages))
+	for i, m := range messages {
+		ids[i] = m.ID
+	}
+	return ids
+}
+

@@ -1,0 +1,321 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+)
+
+// ErrWALLevel is returned when PostgreSQL cannot do logical replication.
+var ErrWALLevel = errors.New("PostgreSQL runs with wal_level below logical: set wal_level=logical and restart it, or use --wake=poll or notify")
+
+// streamer follows outbox inserts through logical replication (pgoutput) and
+// hands each committed transaction's row ids to the relay's stream worker, in
+// commit order. The slot's confirmed position advances only past
+// transactions whose rows the worker delivered and marked; while nothing is in
+// flight it follows the server's WAL end, so a quiet outbox on a busy database
+// does not pin WAL.
+type streamer struct {
+	r      *Relay
+	out    chan<- streamBatch
+	log    *zap.Logger
+	config *pgconn.Config
+
+	mu        sync.Mutex
+	confirmed pglogrepl.LSN // highest LSN safe to confirm
+	inflight  int           // pushed batches not yet done
+}
+
+func newStreamer(ctx context.Context, r *Relay, out chan<- streamBatch) (*streamer, error) {
+	if err := EnsureStream(ctx, r.pool, r.cfg.Slot, r.cfg.Publication); err != nil {
+		return nil, err
+	}
+	config := r.pool.Config().ConnConfig.Config.Copy()
+	config.RuntimeParams["replication"] = "database"
+	return &streamer{r: r, out: out, log: r.log.With(zap.String("slot", r.cfg.Slot)), config: config}, nil
+}
+
+// EnsureStream creates the publication on outbox_messages and the logical
+// replication slot, unless they exist. Safe to run from several processes.
+func EnsureStream(ctx context.Context, pool *pgxpool.Pool, slot, publication string) error {
+	if !validIdentifier(slot) || !validIdentifier(publication) {
+		return fmt.Errorf("slot %q and publication %q must be lower-case letters, digits and underscores", slot, publication)
+	}
+	var walLevel string
+	if err := pool.QueryRow(ctx, `SELECT current_setting('wal_level')`).Scan(&walLevel); err != nil {
+		return fmt.Errorf("read wal_level: %w", err)
+	}
+	if walLevel != "logical" {
+		return fmt.Errorf("%w (it is %q)", ErrWALLevel, walLevel)
+	}
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, publication).Scan(&exists); err != nil {
+		return fmt.Errorf("look up publication %s: %w", publication, err)
+	}
+	if !exists {
+		// Identifiers cannot be parameters; the name is validated and quoted.
+		_, err := pool.Exec(ctx, "CREATE PUBLICATION "+pgx.Identifier{publication}.Sanitize()+
+			" FOR TABLE outbox_messages WITH (publish = 'insert')")
+		if err != nil && !isDuplicate(err) {
+			return fmt.Errorf("create publication %s: %w", publication, err)
+		}
+	}
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, slot).Scan(&exists); err != nil {
+		return fmt.Errorf("look up replication slot %s: %w", slot, err)
+	}
+	if !exists {
+		_, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+		if err != nil && !isDuplicate(err) {
+			return fmt.Errorf("create replication slot %s: %w", slot, err)
+		}
+	}
+	return nil
+}
+
+// DropStream drops the slot (it must not be in use) and the publication.
+func DropStream(ctx context.Context, pool *pgxpool.Pool, slot, publication string) error {
+	if !validIdentifier(slot) || !validIdentifier(publication) {
+		return fmt.Errorf("slot %q and publication %q must be lower-case letters, digits and underscores", slot, publication)
+	}
+	_, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+	if err != nil {
+		return fmt.Errorf("drop replication slot %s (stop the sync service using it first): %w", slot, err)
+	}
+	if _, err := pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{publication}.Sanitize()); err != nil {
+		return fmt.Errorf("drop publication %s: %w", publication, err)
+	}
+	return nil
+}
+
+func isDuplicate(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42710"
+}
+
+func isObjectInUse(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55006"
+}
+
+// run follows the slot until ctx is done, reconnecting after errors (a
+// PostgreSQL restart, a slot held by another relay) with backoff. While it
+// cannot stream, the fallback poll keeps rows flowing.
+func (s *streamer) run(ctx context.Context) error {
+	backoff := newBackoff(s.r.cfg.SinkBackoff, s.r.cfg.SinkBackoffMax)
+	for ctx.Err() == nil {
+		err := s.follow(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := backoff.next()
+		if isObjectInUse(err) {
+			wait = s.r.cfg.FallbackPollInterval
+			s.log.Info("replication slot is held by another relay; this one serves the fallback poll", zap.Duration("retry_in", wait))
+		} else {
+			s.log.Warn("replication stream stopped; reconnecting", zap.Error(err), zap.Duration("backoff", wait))
+		}
+		if !sleepCtx(ctx, wait) {
+			return nil
+		}
+		if err == nil {
+			backoff.reset()
+		}
+	}
+	return nil
+}
+
+// follow runs one replication connection.
+func (s *streamer) follow(ctx context.Context) error {
+	conn, err := pgconn.ConnectConfig(ctx, s.config)
+	if err != nil {
+		return fmt.Errorf("replication connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+
+	err = pglogrepl.StartReplication(ctx, conn, s.r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + s.r.cfg.Publication + "'"},
+	})
+	if err != nil {
+		return fmt.Errorf("start replication on slot %s: %w", s.r.cfg.Slot, err)
+	}
+	s.log.Info("streaming outbox inserts")
+
+	var (
+		outboxRelation uint32
+		idColumn       = -1
+		txIDs          []int64
+		inTx           bool
+		serverWALEnd   pglogrepl.LSN
+		nextStatus     = time.Now()
+	)
+	sendStatus := func(replyRequested bool) error {
+		confirmed := s.confirmedLSN()
+		err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
+			WALWritePosition: confirmed, WALFlushPosition: confirmed, WALApplyPosition: confirmed,
+			ReplyRequested: replyRequested,
+		})
+		if err != nil {
+			return fmt.Errorf("send standby status: %w", err)
+		}
+		s.r.metrics.streamPosition.Set(float64(confirmed))
+		if serverWALEnd > confirmed {
+			s.r.metrics.slotLagBytes.Set(float64(serverWALEnd - confirmed))
+		} else {
+			s.r.metrics.slotLagBytes.Set(0)
+		}
+		nextStatus = time.Now().Add(s.r.cfg.StandbyStatusInterval)
+		return nil
+	}
+	// push hands a transaction to the worker, still reporting status while the
+	// worker is busy so the server does not time the connection out.
+	push := func(batch streamBatch) error {
+		for {
+			timer := time.NewTimer(time.Until(nextStatus))
+			select {
+			case s.out <- batch:
+				timer.Stop()
+				return nil
+			case <-ctx.Done():
+				timer.Stop()
+				return ctx.Err()
+			case <-timer.C:
+				if err := sendStatus(false); err != nil {
+					return err
+				}
+			}
+		}
+	}
+
+	for {
+		if !time.Now().Before(nextStatus) {
+			// Asking for a reply is the heartbeat: the keepalive that answers
+			// carries the server's WAL end, which an idle stream confirms.
+			if err := sendStatus(true); err != nil {
+				return err
+			}
+		}
+		recvCtx, cancel := context.WithDeadline(ctx, nextStatus)
+		raw, err := conn.ReceiveMessage(recvCtx)
+		cancel()
+		if err != nil {
+			if pgconn.Timeout(err) && ctx.Err() == nil {
+				continue
+			}
+			return fmt.Errorf("receive replication message: %w", err)
+		}
+		if errMsg, ok := raw.(*pgproto3.ErrorResponse); ok {
+			return pgconn.ErrorResponseToPgError(errMsg)
+		}
+		copyData, ok := raw.(*pgproto3.CopyData)
+		if !ok || len(copyData.Data) == 0 {
+			continue
+		}
+		switch copyData.Data[0] {
+		case pglogrepl.PrimaryKeepaliveMessageByteID:
+			keepalive, err := pglogrepl.ParsePrimaryKeepaliveMessage(copyData.Data[1:])
+			if err != nil {
+				return fmt.Errorf("parse keepalive: %w", err)
+			}
+			serverWALEnd = keepalive.ServerWALEnd
+			if !inTx {
+				s.advanceIdle(keepalive.ServerWALEnd)
+			}
+			if keepalive.ReplyRequested {
+				nextStatus = time.Now()
+			}
+		case pglogrepl.XLogDataByteID:
+			xld, err := pglogrepl.ParseXLogData(copyData.Data[1:])
+			if err != nil {
+				return fmt.Errorf("parse XLogData: %w", err)
+			}
+			if xld.ServerWALEnd > serverWALEnd {
+				serverWALEnd = xld.ServerWALEnd
+			}
+			message, err := pglogrepl.Parse(xld.WALData)
+			if err != nil {
+				return fmt.Errorf("parse logical message: %w", err)
+			}
+			switch m := message.(type) {
+			case *pglogrepl.RelationMessage:
+				if m.RelationName == "outbox_messages" {
+					outboxRelation = m.RelationID
+					idColumn = -1
+					for i, col := range m.Columns {
+						if col.Name == "id" {
+							idColumn = i
+						}
+					}
+					if idColumn < 0 {
+						return errors.New("replication: outbox_messages relation has no id column")
+					}
+				}
+			case *pglogrepl.BeginMessage:
+				inTx = true
+				txIDs = nil
+			case *pglogrepl.InsertMessage:
+				if m.RelationID != outboxRelation || idColumn < 0 || m.Tuple == nil || idColumn >= len(m.Tuple.Columns) {
+					continue
+				}
+				id, err := strconv.ParseInt(string(m.Tuple.Columns[idColumn].Data), 10, 64)
+				if err != nil {
+					s.log.Warn("replication: unreadable outbox id; the fallback poll will deliver the row", zap.Error(err))
+					continue
+				}
+				txIDs = append(txIDs, id)
+			case *pglogrepl.CommitMessage:
+				inTx = false
+				end := m.TransactionEndLSN
+				if len(txIDs) == 0 {
+					s.advanceIdle(end)
+					continue
+				}
+				s.mu.Lock()
+				s.inflight++
+				s.mu.Unlock()
+				if err := push(streamBatch{ids: txIDs, done: func() { s.handled(end) }}); err != nil {
+					s.mu.Lock()
+					s.inflight-- // never handed over
+					s.mu.Unlock()
+					return err
+				}
+				txIDs = nil
+			}
+		}
+	}
+}
+
+// handled records that a pushed transaction was delivered and marked. The
+// worker handles batches in push order, so end only grows.
+func (s *streamer) handled(end pglogrepl.LSN) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inflight--
+	if end > s.confirmed {
+		s.confirmed = end
+	}
+}
+
+// advanceIdle confirms up to lsn when nothing is in flight.
+func (s *streamer) advanceIdle(lsn pglogrepl.LSN) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inflight == 0 && lsn > s.confirmed {
+		s.confirmed = lsn
+	}
+}
+
+func (s *streamer) confirmedLSN() pglogrepl.LSN {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.confirmed
+}

@@ -1,0 +1,139 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+)
+
+// streamBatch is a run of committed outbox rows named by the replication
+// stream, in commit order. done is called once they were delivered and
+// marked (or left to the fallback poll because another relay holds them).
+type streamBatch struct {
+	ids  []int64
+	done func()
+}
+
+// waker tells workers when to claim. Every mode broadcasts "look for due rows"
+// on a timer (the poll, or the safety net of the other modes); notify adds
+// NOTIFY hints and stream hands worker 0 the rows it saw committed.
+type waker struct {
+	r      *Relay
+	mu     sync.Mutex
+	wakes  []chan struct{}
+	stream chan streamBatch
+	// source runs alongside the timer: nil for poll.
+	source func(ctx context.Context) error
+}
+
+func (r *Relay) newWaker(ctx context.Context) (*waker, error) {
+	w := &waker{r: r, stream: make(chan streamBatch)}
+	switch r.cfg.Wake {
+	case WakePoll:
+	case WakeNotify:
+		w.source = w.listen
+	case WakeStream:
+		s, err := newStreamer(ctx, r, w.stream)
+		if err != nil {
+			return nil, err
+		}
+		w.source = s.run
+	default:
+		return nil, fmt.Errorf("unknown wake mode %q", r.cfg.Wake)
+	}
+	return w, nil
+}
+
+// subscribe returns a channel that receives a value whenever rows may be due.
+// It starts full, so each worker drains the backlog on start.
+func (w *waker) subscribe() <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	ch <- struct{}{}
+	w.mu.Lock()
+	w.wakes = append(w.wakes, ch)
+	w.mu.Unlock()
+	return ch
+}
+
+func (w *waker) broadcast() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ch := range w.wakes {
+		select {
+		case ch <- struct{}{}:
+		default: // a wake-up is already pending
+		}
+	}
+}
+
+func (w *waker) interval() time.Duration {
+	if w.r.cfg.Wake == WakeStream {
+		return w.r.cfg.FallbackPollInterval
+	}
+	return w.r.cfg.PollInterval
+}
+
+func (w *waker) run(ctx context.Context) error {
+	var sourceDone chan error
+	if w.source != nil {
+		sourceDone = make(chan error, 1)
+		go func() { sourceDone <- w.source(ctx) }()
+	}
+	ticker := time.NewTicker(w.interval())
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if sourceDone != nil {
+				return <-sourceDone
+			}
+			return nil
+		case err := <-sourceDone:
+			return err
+		case <-ticker.C:
+			w.broadcast()
+		}
+	}
+}
+
+// listen is the notify mode: LISTEN on a dedicated connection and broadcast
+// each hint. The hint carries nothing; the claim path is the poll's. A lost
+// connection is re-established with backoff, the timer covering the gap.
+func (w *waker) listen(ctx context.Context) error {
+	r := w.r
+	backoff := newBackoff(r.cfg.SinkBackoff, r.cfg.SinkBackoffMax)
+	for ctx.Err() == nil {
+		err := w.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := backoff.next()
+		r.log.Warn("LISTEN connection lost; reconnecting", zap.Error(err), zap.Duration("backoff", wait))
+		sleepCtx(ctx, wait)
+	}
+	return nil
+}
+
+func (w *waker) listenOnce(ctx context.Context) error {
+	conn, err := w.r.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire LISTEN connection: %w", err)
+	}
+	// The connection carries LISTEN state: it must not go back to the pool.
+	defer conn.Hijack().Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{w.r.cfg.NotifyChannel}.Sanitize()); err != nil {
+		return fmt.Errorf("LISTEN %s: %w", w.r.cfg.NotifyChannel, err)
+	}
+	// Rows committed before LISTEN took effect are found by this wake-up.
+	w.broadcast()
+	for {
+		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+			return err
+		}
+		w.broadcast()
+	}
+}
