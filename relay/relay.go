@@ -157,7 +157,7 @@ func (r *Relay) pass(ctx context.Context, claim func(context.Context) (claimed, 
 		r.log.Error("dead-lettered rows whose relay stopped while delivering them, after the last attempt",
 			zap.Int64s("outbox_ids", c.deadLettered))
 	}
-	claimedCount := len(c.messages) + len(c.deadLettered)
+	claimedCount := c.candidates
 	if len(c.messages) == 0 {
 		return passResult{claimed: claimedCount}
 	}

@@ -26,17 +26,19 @@ type store struct {
 type claimed struct {
 	messages     []Message
 	deadLettered []int64
+	// candidates is how many rows were claimable, taken or not.
+	candidates int
 }
 
 // OutboxClaim claims up to BatchSize due rows in id order.
 func (s *store) OutboxClaim(ctx context.Context) (claimed, error) {
-	return s.claim(ctx, gsql.Query("OutboxClaim"), s.relayID, s.cfg.BatchSize, s.cfg.Lease)
+	return s.claim(ctx, gsql.Query("OutboxClaimCandidates"), s.cfg.BatchSize)
 }
 
 // OutboxClaimByID claims the rows a replication stream named; the messages come
 // back in the order of ids (commit order).
 func (s *store) OutboxClaimByID(ctx context.Context, ids []int64) (claimed, error) {
-	c, err := s.claim(ctx, gsql.Query("OutboxClaimByID"), s.relayID, ids, s.cfg.Lease)
+	c, err := s.claim(ctx, gsql.Query("OutboxClaimByIDCandidates"), ids)
 	if err != nil {
 		return c, err
 	}
@@ -50,13 +52,47 @@ func (s *store) OutboxClaimByID(ctx context.Context, ids []int64) (claimed, erro
 	return c, nil
 }
 
-func (s *store) claim(ctx context.Context, query string, args ...any) (claimed, error) {
+// claim runs one claim transaction: serialise with other claims, pick the
+// candidates, count the attempt and lease what it takes.
+//
+// A candidate whose last lease ran out unanswered (orphaned) was in a batch
+// whose relay died, maybe because of that very row. It is taken alone, so a
+// row that crashes relays only burns its own attempts, not its batch-mates'.
+func (s *store) claim(ctx context.Context, candidates string, arg any) (claimed, error) {
 	var result claimed
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, gsql.Query("OutboxClaimLock")); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, query, args...)
+		rows, err := tx.Query(ctx, candidates, arg)
+		if err != nil {
+			return err
+		}
+		type candidate struct {
+			id       int64
+			orphaned bool
+		}
+		found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (candidate, error) {
+			var c candidate
+			return c, row.Scan(&c.id, &c.orphaned)
+		})
+		if err != nil {
+			return err
+		}
+		result.candidates = len(found)
+		if len(found) == 0 {
+			return nil
+		}
+		sort.Slice(found, func(i, j int) bool { return found[i].id < found[j].id })
+		take := make([]int64, 0, len(found))
+		for _, c := range found {
+			if c.orphaned {
+				take = append(take[:0], c.id)
+				break
+			}
+			take = append(take, c.id)
+		}
+		rows, err = tx.Query(ctx, gsql.Query("OutboxClaimTake"), take, s.relayID, s.cfg.Lease)
 		if err != nil {
 			return err
 		}
@@ -183,4 +219,3 @@ func messageIDs(messages []Message) []int64 {
 	}
 	return ids
 }
-

@@ -5,8 +5,9 @@
 -- name: OutboxClaimLock
 SELECT pg_advisory_xact_lock(7162812450386870896);
 
--- name: OutboxClaim
--- $1 relay id, $2 batch size, $3 lease.
+-- name: OutboxClaimCandidates
+-- $1 batch size. Rows are locked (SKIP LOCKED) until the claim commits.
+-- orphaned: the row's last lease ran out unanswered (its relay died).
 -- A row is claimable when it is pending, due and not leased, no other row of
 -- its aggregate is in flight, and no earlier pending row of its aggregate waits
 -- for a retry (block-on-error). An earlier row that is free is claimed first in
@@ -14,7 +15,7 @@ SELECT pg_advisory_xact_lock(7162812450386870896);
 -- row in flight" matters: a lower id whose transaction committed late must not
 -- be delivered beside a higher one already in delivery.
 WITH claimable AS (
-  SELECT o.id
+  SELECT o.id, o.locked_until IS NOT NULL AS orphaned
   FROM outbox_messages o
   WHERE o.processed_at IS NULL
     AND o.available_at <= now()
@@ -29,25 +30,18 @@ WITH claimable AS (
         AND e.processed_at IS NULL
         AND (e.locked_until >= now() OR (e.id < o.id AND e.available_at > now())))
   ORDER BY o.id
-  LIMIT $2
+  LIMIT $1
   FOR UPDATE SKIP LOCKED
 )
-UPDATE outbox_messages m
-SET attempts = m.attempts + 1,
-    locked_by = $1,
-    locked_until = now() + $3::interval
-FROM claimable c
-WHERE m.id = c.id
-RETURNING m.id, m.tenant_id, m.aggregate_type, m.aggregate_id, m.event_type,
-          m.event_version, m.payload, m.occurred_at, m.attempts, m.trace_id;
+SELECT id, orphaned FROM claimable;
 
--- name: OutboxClaimByID
--- The stream mode's claim: the same rules as OutboxClaim, for the rows the
--- replication stream named ($2), in any order; the caller orders them.
+-- name: OutboxClaimByIDCandidates
+-- The stream mode's claim: the same rules as OutboxClaimCandidates, for the
+-- rows the replication stream named ($1). The caller orders them.
 WITH claimable AS (
-  SELECT o.id
+  SELECT o.id, o.locked_until IS NOT NULL AS orphaned
   FROM outbox_messages o
-  WHERE o.id = ANY($2::bigint[])
+  WHERE o.id = ANY($1::bigint[])
     AND o.processed_at IS NULL
     AND o.available_at <= now()
     AND (o.locked_until IS NULL OR o.locked_until < now())
@@ -61,17 +55,22 @@ WITH claimable AS (
         AND e.processed_at IS NULL
         -- As OutboxClaim, and an earlier pending row outside this batch blocks too.
         AND (e.locked_until >= now()
-             OR (e.id < o.id AND (e.available_at > now() OR NOT (e.id = ANY($2::bigint[]))))))
+             OR (e.id < o.id AND (e.available_at > now() OR NOT (e.id = ANY($1::bigint[]))))))
   FOR UPDATE SKIP LOCKED
 )
-UPDATE outbox_messages m
-SET attempts = m.attempts + 1,
-    locked_by = $1,
+SELECT id, orphaned FROM claimable;
+
+-- name: OutboxClaimTake
+-- $1 ids chosen from the candidates (still locked by this transaction),
+-- $2 relay id, $3 lease. The attempt is counted here, at claim, so a row that
+-- crashes its relay still reaches the DLQ after the limit.
+UPDATE outbox_messages
+SET attempts = attempts + 1,
+    locked_by = $2,
     locked_until = now() + $3::interval
-FROM claimable c
-WHERE m.id = c.id
-RETURNING m.id, m.tenant_id, m.aggregate_type, m.aggregate_id, m.event_type,
-          m.event_version, m.payload, m.occurred_at, m.attempts, m.trace_id;
+WHERE id = ANY($1::bigint[])
+RETURNING id, tenant_id, aggregate_type, aggregate_id, event_type,
+          event_version, payload, occurred_at, attempts, trace_id;
 
 -- name: OutboxMarkProcessed
 -- Only rows still leased by this relay: a row whose lease was taken over is

@@ -1,0 +1,94 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	gsql "graphsync/sql"
+)
+
+// DeadLetter is one row of outbox_messages_dlq, as the admin commands show it.
+type DeadLetter struct {
+	ID             int64
+	TenantID       int64
+	AggregateType  string
+	AggregateID    int64
+	EventType      string
+	EventVersion   int16
+	Attempts       int16
+	LastError      string
+	TraceID        string
+	OccurredAt     time.Time
+	DeadLetteredAt time.Time
+}
+
+// DLQList returns up to limit dead letters in id order; tenantID 0 means all tenants.
+func DLQList(ctx context.Context, pool *pgxpool.Pool, tenantID int64, limit int) ([]DeadLetter, error) {
+	var tenant *int64
+	if tenantID != 0 {
+		tenant = &tenantID
+	}
+	rows, err := pool.Query(ctx, gsql.Query("DLQList"), tenant, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list DLQ: %w", err)
+	}
+	letters, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (DeadLetter, error) {
+		var d DeadLetter
+		err := row.Scan(&d.ID, &d.TenantID, &d.AggregateType, &d.AggregateID, &d.EventType, &d.EventVersion,
+			&d.Attempts, &d.LastError, &d.TraceID, &d.OccurredAt, &d.DeadLetteredAt)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list DLQ: %w", err)
+	}
+	return letters, nil
+}
+
+// DLQRetry moves dead letters back to the outbox as pending rows with a fresh
+// attempt count, keeping their id; it returns the ids moved.
+func DLQRetry(ctx context.Context, pool *pgxpool.Pool, ids []int64) ([]int64, error) {
+	return collectIDs(ctx, pool, "DLQRetry", "retry dead letters", ids)
+}
+
+// DLQDiscard deletes dead letters for good; it returns the ids deleted.
+func DLQDiscard(ctx context.Context, pool *pgxpool.Pool, ids []int64) ([]int64, error) {
+	return collectIDs(ctx, pool, "DLQDiscard", "discard dead letters", ids)
+}
+
+func collectIDs(ctx context.Context, pool *pgxpool.Pool, query, what string, ids []int64) ([]int64, error) {
+	rows, err := pool.Query(ctx, gsql.Query(query), ids)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return done, nil
+}
+
+// NotifyTriggerEnable installs the statement-level trigger that sends the
+// notify mode's wake-up hint after each INSERT into outbox_messages.
+// NOTIFY takes a database-wide lock at commit that serialises every
+// notifying transaction, so it is opt-in: enable it only where the write rate
+// allows, and prefer the stream mode for high rates.
+func NotifyTriggerEnable(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := pool.Exec(ctx, `CREATE OR REPLACE TRIGGER graphsync_outbox_notify
+		AFTER INSERT ON outbox_messages FOR EACH STATEMENT EXECUTE FUNCTION graphsync_outbox_notify()`)
+	if err != nil {
+		return fmt.Errorf("install notify trigger on outbox_messages: %w", err)
+	}
+	return nil
+}
+
+// NotifyTriggerDisable drops the notify trigger.
+func NotifyTriggerDisable(ctx context.Context, pool *pgxpool.Pool) error {
+	if _, err := pool.Exec(ctx, `DROP TRIGGER IF EXISTS graphsync_outbox_notify ON outbox_messages`); err != nil {
+		return fmt.Errorf("drop notify trigger: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,363 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TestConformance runs one delivery suite against every wake mode.
+func TestConformance(t *testing.T) {
+	for _, mode := range []WakeMode{WakePoll, WakeNotify, WakeStream} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			t.Run("ConcurrentProducersAndRelays", func(t *testing.T) { testConcurrentProducersAndRelays(t, mode) })
+			t.Run("PoisonRowsGoToDLQ", func(t *testing.T) { testPoisonRows(t, mode) })
+			t.Run("KilledRelayLosesNothing", func(t *testing.T) { testKilledRelay(t, mode) })
+			t.Run("CrashingRowReachesDLQ", func(t *testing.T) { testCrashingRow(t, mode) })
+			t.Run("OutOfIDOrderCommits", func(t *testing.T) { testOutOfIDOrderCommits(t, mode) })
+			t.Run("SinkUnavailableCountsNoAttempt", func(t *testing.T) { testSinkUnavailable(t, mode) })
+		})
+	}
+}
+
+// Several producers write in concurrent transactions, a fifth of them rolled
+// back; two relays deliver. Every committed row arrives, none that rolled back
+// does, each aggregate in id order and never in two deliveries at once.
+func testConcurrentProducersAndRelays(t *testing.T, mode WakeMode) {
+	h := newHarness(t, mode)
+	sink := newRecordingSink()
+	sink.hold = func(ctx context.Context, batch []Message) {
+		// Widen the window in which a second relay could wrongly take the
+		// same aggregate: yield to the scheduler a little per batch.
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(rand.IntN(3)) * time.Millisecond):
+		}
+	}
+	h.start(sink, h.config("relay-a"))
+	h.start(sink, h.config("relay-b"))
+
+	const producers, txPerProducer, aggregatesPerProducer = 4, 40, 5
+	var mu sync.Mutex
+	committed := map[int64]bool{}
+	rolledBack := map[int64]bool{}
+	var wg sync.WaitGroup
+	for p := 0; p < producers; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(p), 7))
+			for i := 0; i < txPerProducer; i++ {
+				tx, err := h.pool.Begin(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var ids []int64
+				for j := 0; j < 1+rng.IntN(3); j++ {
+					// Each producer owns its aggregates, so within one
+					// aggregate commit order is id order.
+					agg := int64(p*100 + rng.IntN(aggregatesPerProducer))
+					id, err := insert(context.Background(), tx, event{tenant: 1 + int64(p%2), aggType: "Order", aggID: agg,
+						eventType: "OrderConfirmed", payload: fmt.Sprintf(`{"n":%d}`, i)})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					ids = append(ids, id)
+				}
+				rollback := rng.IntN(5) == 0
+				if rollback {
+					err = tx.Rollback(context.Background())
+				} else {
+					err = tx.Commit(context.Background())
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				for _, id := range ids {
+					if rollback {
+						rolledBack[id] = true
+					} else {
+						committed[id] = true
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	eventually(t, 30*time.Second, "every committed row delivered", func() bool {
+		seen := sink.appliedIDs()
+		for id := range committed {
+			if seen[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	eventually(t, 10*time.Second, "every committed row marked processed", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL`) == 0
+	})
+	sink.checkViolations(t)
+	seen := sink.appliedIDs()
+	for id := range rolledBack {
+		if seen[id] > 0 {
+			t.Errorf("row %d of a rolled-back transaction was delivered", id)
+		}
+	}
+	last := map[aggKey]int64{}
+	for _, m := range sink.applied() {
+		k := keyOf(m)
+		if m.ID < last[k] {
+			t.Errorf("aggregate %v: row %d delivered after %d", k, m.ID, last[k])
+		}
+		last[k] = m.ID
+	}
+	if got := h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NOT NULL`); got != int64(len(committed)) {
+		t.Errorf("processed rows = %d, want %d", got, len(committed))
+	}
+}
+
+// Poison rows fail with a clear last_error, retry on schedule, and land in the
+// DLQ after MaxAttempts; their aggregate is blocked until then, every other
+// aggregate keeps flowing, and rows with NULLs the schema allows or an unknown
+// event type get a clear error too, never a crash.
+func testPoisonRows(t *testing.T, mode WakeMode) {
+	h := newHarness(t, mode)
+	sink := newRecordingSink()
+	sink.reject = func(m Message) error {
+		if strings.Contains(string(m.Payload), "poison") {
+			return errors.New("payload rejected: field total must be a number")
+		}
+		if m.EventType != "OrderConfirmed" {
+			return fmt.Errorf("unknown event_type %q", m.EventType)
+		}
+		return nil
+	}
+	cfg := h.config("relay-poison")
+	h.start(sink, cfg)
+
+	poison := h.insertCommitted(event{1, "Order", 1, "OrderConfirmed", `{"poison": true}`})
+	behindPoison := h.insertCommitted(event{1, "Order", 1, "OrderConfirmed", `{"n": 2}`})
+	unknown := h.insertCommitted(event{1, "Order", 2, "OrderVanished", `{}`})
+	var healthy []int64
+	for i := 0; i < 20; i++ {
+		healthy = append(healthy, h.insertCommitted(event{2, "Order", int64(10 + i%4), "OrderConfirmed", `{}`}))
+	}
+	eventually(t, 20*time.Second, "healthy rows delivered", func() bool {
+		seen := sink.appliedIDs()
+		for _, id := range healthy {
+			if seen[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	eventually(t, 20*time.Second, "poison and unknown rows in the DLQ", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages_dlq`) == 2
+	})
+	eventually(t, 10*time.Second, "the row behind the poison delivered after it left", func() bool {
+		return sink.appliedIDs()[behindPoison] > 0
+	})
+	rows, err := h.pool.Query(context.Background(), `SELECT id, attempts, last_error FROM outbox_messages_dlq ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type dead struct {
+		id       int64
+		attempts int16
+		err      string
+	}
+	letters, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dead, error) {
+		var d dead
+		return d, r.Scan(&d.id, &d.attempts, &d.err)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int64]string{poison: "field total must be a number", unknown: `unknown event_type "OrderVanished"`}
+	for _, d := range letters {
+		if !strings.Contains(d.err, want[d.id]) || want[d.id] == "" {
+			t.Errorf("DLQ row %d: last_error %q, want it to name %q", d.id, d.err, want[d.id])
+		}
+		if int(d.attempts) != cfg.MaxAttempts {
+			t.Errorf("DLQ row %d: attempts %d, want %d", d.id, d.attempts, cfg.MaxAttempts)
+		}
+	}
+	if sink.appliedIDs()[poison] > 0 {
+		t.Error("the poison row was reported applied")
+	}
+	sink.checkViolations(t)
+}
+
+// A relay process SIGKILLed in the middle of a batch loses nothing: once its
+// lease runs out, another relay takes the rows over and delivers them.
+func testKilledRelay(t *testing.T, mode WakeMode) {
+	h := newHarness(t, mode)
+	var ids []int64
+	for i := 0; i < 10; i++ {
+		ids = append(ids, h.insertCommitted(event{1, "Product", int64(i % 3), "ProductCreated", `{}`}))
+	}
+	victim := h.startProcess(h.config("relay-victim"), "hang")
+	victim.waitLine(t, "DELIVERING", 20*time.Second)
+	victim.kill(t)
+	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE locked_by = 'relay-victim'`); n == 0 {
+		t.Fatal("the killed relay held no rows: the test did not kill it mid-batch")
+	}
+
+	sink := newRecordingSink()
+	h.start(sink, h.config("relay-survivor"))
+	eventually(t, 20*time.Second, "the killed relay's rows delivered by the survivor", func() bool {
+		seen := sink.appliedIDs()
+		for _, id := range ids {
+			if seen[id] == 0 {
+				return false
+			}
+		}
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL`) == 0
+	})
+	sink.checkViolations(t)
+}
+
+// A row that makes the relay process itself crash is counted at each claim,
+// so after MaxAttempts crashes the next claim moves it to the DLQ instead of
+// crashing again; the rows after it are delivered.
+func testCrashingRow(t *testing.T, mode WakeMode) {
+	h := newHarness(t, mode)
+	crasher := h.insertCommitted(event{1, "Order", 7, "OrderPlaced", `{"crash": true}`})
+	after := h.insertCommitted(event{1, "Order", 7, "OrderConfirmed", `{}`})
+	cfg := h.config("relay-crashy")
+	for crash := 1; crash <= cfg.MaxAttempts; crash++ {
+		p := h.startProcess(cfg, "crash-on-poison")
+		p.waitLine(t, "CRASHING", 20*time.Second)
+		if code := p.waitExit(t, 10*time.Second); code != 3 {
+			t.Fatalf("relay process exit code %d, want 3 (crash %d)", code, crash)
+		}
+		if got := h.count(`SELECT attempts FROM outbox_messages WHERE id = $1`, crasher); got != int64(crash) {
+			t.Fatalf("after crash %d the row has attempts %d", crash, got)
+		}
+	}
+	sink := newRecordingSink()
+	h.start(sink, cfg)
+	eventually(t, 20*time.Second, "the crashing row in the DLQ and the next row delivered", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages_dlq WHERE id = $1`, crasher) == 1 &&
+			sink.appliedIDs()[after] > 0
+	})
+	var lastError string
+	if err := h.pool.QueryRow(context.Background(), `SELECT last_error FROM outbox_messages_dlq WHERE id = $1`, crasher).Scan(&lastError); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(lastError, "stopped before the sink answered") {
+		t.Errorf("last_error %q does not say the relay died delivering it", lastError)
+	}
+	if sink.appliedIDs()[crasher] > 0 {
+		t.Error("the crashing row was delivered")
+	}
+}
+
+// Two transactions on one aggregate commit in the opposite order of their
+// ids. The later-committing, lower id must be delivered (not skipped), and
+// never at the same time as the higher one.
+func testOutOfIDOrderCommits(t *testing.T, mode WakeMode) {
+	h := newHarness(t, mode)
+	sink := newRecordingSink()
+	release := make(chan struct{})
+	var holdOnce sync.Once
+	sink.hold = func(ctx context.Context, batch []Message) {
+		for _, m := range batch {
+			if strings.Contains(string(m.Payload), "second") {
+				// Keep the higher id in delivery while the lower commits.
+				holdOnce.Do(func() {
+					select {
+					case <-release:
+					case <-ctx.Done():
+					}
+				})
+			}
+		}
+	}
+	h.start(sink, h.config("relay-order"))
+	h.start(sink, h.config("relay-order-2"))
+
+	ctx := context.Background()
+	first, err := h.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Rollback(ctx) //nolint:errcheck
+	lowID, err := insert(ctx, first, event{1, "Order", 42, "OrderConfirmed", `{"step": "first"}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	highID := h.insertCommitted(event{1, "Order", 42, "OrderConfirmed", `{"step": "second"}`})
+	if highID <= lowID {
+		t.Fatalf("ids %d, %d not in the order the test needs", lowID, highID)
+	}
+	eventually(t, 10*time.Second, "the higher id in delivery", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND locked_by IS NOT NULL`, highID) == 1
+	})
+	if err := first.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The lower id is now visible while the higher one is in delivery: no relay
+	// may take it until the higher one is done.
+	var otherLeased int64
+	for i := 0; i < 10; i++ {
+		otherLeased += h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND locked_by IS NOT NULL`, lowID)
+	}
+	if otherLeased != 0 {
+		t.Errorf("the lower id was claimed while the higher id of its aggregate was in delivery")
+	}
+	close(release)
+	eventually(t, 10*time.Second, "both rows delivered and marked", func() bool {
+		seen := sink.appliedIDs()
+		return seen[lowID] > 0 && seen[highID] > 0 &&
+			h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL`) == 0
+	})
+	sink.checkViolations(t)
+}
+
+// While the sink cannot take batches at all, rows are released uncounted
+// (no attempt burnt, nothing marked, nothing dead-lettered), and flow once it
+// recovers.
+func testSinkUnavailable(t *testing.T, mode WakeMode) {
+	h := newHarness(t, mode)
+	sink := newRecordingSink()
+	var mu sync.Mutex
+	failures := 0
+	sink.fail = func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if failures < 8 {
+			failures++
+			return errors.New("neo4j unreachable")
+		}
+		return nil
+	}
+	cfg := h.config("relay-outage")
+	h.start(sink, cfg)
+	var ids []int64
+	for i := 0; i < 5; i++ {
+		ids = append(ids, h.insertCommitted(event{1, "Product", int64(i), "ProductCreated", `{}`}))
+	}
+	eventually(t, 20*time.Second, "rows delivered after the outage", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NOT NULL`) == int64(len(ids))
+	})
+	if n := h.count(`SELECT count(*) FROM outbox_messages_dlq`); n != 0 {
+		t.Errorf("%d rows dead-lettered by a sink outage", n)
+	}
+	if n := h.count(`SELECT max(attempts) FROM outbox_messages`); n != 1 {
+		t.Errorf("max attempts after outage = %d, want 1 (outage attempts are not counted)", n)
+	}
+}

@@ -1,0 +1,159 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	gsql "graphsync/sql"
+)
+
+// RetentionConfig drives the archive job and the partition maintenance.
+type RetentionConfig struct {
+	// ArchiveAfter is how long processed rows stay in the outbox. Default: 7 days.
+	ArchiveAfter time.Duration
+	// ArchiveBatch is the most rows one archive transaction moves. Default: 5000.
+	ArchiveBatch int
+	// KeepArchive is how long archive partitions are kept. Default: 90 days.
+	KeepArchive time.Duration
+	// MonthsAhead is how many coming months get a partition. Default: 3.
+	MonthsAhead int
+}
+
+func (c RetentionConfig) withDefaults() RetentionConfig {
+	if c.ArchiveAfter == 0 {
+		c.ArchiveAfter = 7 * 24 * time.Hour
+	}
+	if c.ArchiveBatch == 0 {
+		c.ArchiveBatch = 5000
+	}
+	if c.KeepArchive == 0 {
+		c.KeepArchive = 90 * 24 * time.Hour
+	}
+	if c.MonthsAhead == 0 {
+		c.MonthsAhead = 3
+	}
+	return c
+}
+
+// RetentionReport says what one retention run did.
+type RetentionReport struct {
+	Archived          int64
+	PartitionsCreated []string
+	PartitionsDropped []string
+}
+
+// Retain runs the retention job once: partitions for the months the outbox
+// and the coming months need, the archive move in batches, and the drop of
+// partitions wholly older than KeepArchive. Each step is idempotent.
+func Retain(ctx context.Context, pool *pgxpool.Pool, cfg RetentionConfig) (RetentionReport, error) {
+	cfg = cfg.withDefaults()
+	var report RetentionReport
+	created, err := ArchivePartitionsEnsure(ctx, pool, time.Now(), cfg.MonthsAhead)
+	if err != nil {
+		return report, err
+	}
+	report.PartitionsCreated = created
+	for {
+		tag, err := pool.Exec(ctx, gsql.Query("OutboxArchiveProcessed"), cfg.ArchiveAfter, cfg.ArchiveBatch)
+		if err != nil {
+			return report, fmt.Errorf("archive processed outbox rows: %w", err)
+		}
+		report.Archived += tag.RowsAffected()
+		if tag.RowsAffected() < int64(cfg.ArchiveBatch) {
+			break
+		}
+	}
+	dropped, err := ArchivePartitionsDrop(ctx, pool, time.Now().Add(-cfg.KeepArchive))
+	report.PartitionsDropped = dropped
+	return report, err
+}
+
+var partitionName = regexp.MustCompile(`^outbox_messages_archive_(\d{4})(\d{2})$`)
+
+// ArchivePartitionsEnsure creates a month partition of the archive for every
+// month from the oldest row still in the outbox up to monthsAhead months
+// after now.
+func ArchivePartitionsEnsure(ctx context.Context, pool *pgxpool.Pool, now time.Time, monthsAhead int) ([]string, error) {
+	existing, err := archivePartitions(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	var oldest *time.Time
+	if err := pool.QueryRow(ctx, gsql.Query("OutboxOldestOccurredAt")).Scan(&oldest); err != nil {
+		return nil, fmt.Errorf("find oldest outbox row: %w", err)
+	}
+	first := monthStart(now)
+	if oldest != nil && oldest.Before(first) {
+		first = monthStart(*oldest)
+	}
+	last := monthStart(now).AddDate(0, monthsAhead, 0)
+	var created []string
+	for month := first; !month.After(last); month = month.AddDate(0, 1, 0) {
+		name := fmt.Sprintf("outbox_messages_archive_%04d%02d", month.Year(), int(month.Month()))
+		if existing[name] {
+			continue
+		}
+		// Partition bounds cannot be parameters; they are dates we formatted.
+		ddl := fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s PARTITION OF outbox_messages_archive FOR VALUES FROM ('%s') TO ('%s')",
+			pgx.Identifier{name}.Sanitize(), month.Format("2006-01-02"), month.AddDate(0, 1, 0).Format("2006-01-02"))
+		if _, err := pool.Exec(ctx, ddl); err != nil {
+			return created, fmt.Errorf("create archive partition %s: %w", name, err)
+		}
+		created = append(created, name)
+	}
+	return created, nil
+}
+
+// ArchivePartitionsDrop drops month partitions whose whole month ended before cutoff.
+func ArchivePartitionsDrop(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time) ([]string, error) {
+	existing, err := archivePartitions(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	var dropped []string
+	for name := range existing {
+		match := partitionName.FindStringSubmatch(name)
+		if match == nil {
+			continue // the default partition, or one we did not name
+		}
+		month, err := time.Parse("200601", match[1]+match[2])
+		if err != nil {
+			continue
+		}
+		if month.AddDate(0, 1, 0).After(cutoff) {
+			continue
+		}
+		if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
+			return dropped, fmt.Errorf("drop archive partition %s: %w", name, err)
+		}
+		dropped = append(dropped, name)
+	}
+	return dropped, nil
+}
+
+func archivePartitions(ctx context.Context, pool *pgxpool.Pool) (map[string]bool, error) {
+	rows, err := pool.Query(ctx, gsql.Query("ArchivePartitions"))
+	if err != nil {
+		return nil, fmt.Errorf("list archive partitions: %w", err)
+	}
+	names := map[string]bool{}
+	var name, bound string
+	_, err = pgx.ForEachRow(rows, []any{&name, &bound}, func() error {
+		names[name] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list archive partitions: %w", err)
+	}
+	return names, nil
+}
+
+func monthStart(t time.Time) time.Time {
+	t = t.UTC()
+	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+}
