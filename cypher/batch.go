@@ -1,0 +1,258 @@
+package cypher
+
+import (
+	"fmt"
+
+	"graphsync/graphmodel"
+)
+
+// Statements turns a batch's mutations into statements, in the order they
+// must run: per model label (tenant first), tombstones then upserts; then per
+// relationship type, stale Single edges removed, then merges. Nodes thus exist
+// before the relationships that join them.
+//
+// Writes to the same node are collapsed to the one with the newest guard, so
+// no statement holds two rows for one node and the outcome cannot depend on
+// row order or on how Neo4j plans the statement. It fails, writing nothing,
+// on a label, type or property key outside the model, on a value of the wrong
+// type and on ids that are not positive.
+func (b *Builder) Statements(mut graphmodel.Mutations) ([]Statement, error) {
+	tenants := map[int64]bool{}
+	var tenantRows []any
+	upserts := map[string]*rowSet{}
+	deletes := map[string]*rowSet{}
+	for _, n := range mut.Nodes {
+		label, ok := b.labels[n.Label]
+		if !ok {
+			return nil, fmt.Errorf("node upsert: label %.64q is not in the model", n.Label)
+		}
+		if err := checkIDs(n.Label, n.TenantID, n.ID); err != nil {
+			return nil, err
+		}
+		if label.Role == graphmodel.RoleTenant {
+			if n.ID != n.TenantID {
+				return nil, fmt.Errorf("node upsert %s: id %d must equal tenant id %d", n.Label, n.ID, n.TenantID)
+			}
+			if !tenants[n.TenantID] {
+				tenants[n.TenantID] = true
+				tenantRows = append(tenantRows, map[string]any{graphmodel.KeyTenantID: n.TenantID})
+			}
+			continue
+		}
+		props, err := allowedProps("label "+n.Label, label.Properties, nil, n.Props)
+		if err != nil {
+			return nil, err
+		}
+		rows := upserts[n.Label]
+		if rows == nil {
+			rows = newRowSet()
+			upserts[n.Label] = rows
+		}
+		rows.keepNewest(nodeKey{n.TenantID, n.ID}, n.Guard, map[string]any{
+			graphmodel.KeyTenantID: n.TenantID,
+			graphmodel.KeyID:       n.ID,
+			"version":              n.Guard.Version,
+			"outbox_id":            n.Guard.OutboxID,
+			"props":                props,
+		})
+	}
+	for _, d := range mut.Deletes {
+		label, ok := b.labels[d.Label]
+		if !ok || label.Tombstone == "" {
+			return nil, fmt.Errorf("node delete: label %.64q is not a deletable label of the model", d.Label)
+		}
+		if err := checkIDs(d.Label, d.TenantID, d.ID); err != nil {
+			return nil, err
+		}
+		rows := deletes[d.Label]
+		if rows == nil {
+			rows = newRowSet()
+			deletes[d.Label] = rows
+		}
+		rows.keepNewest(nodeKey{d.TenantID, d.ID}, d.Guard, map[string]any{
+			graphmodel.KeyTenantID: d.TenantID,
+			graphmodel.KeyID:       d.ID,
+			"version":              d.Guard.Version,
+			"outbox_id":            d.Guard.OutboxID,
+		})
+	}
+
+	clears := map[string]*rowSet{}
+	merges := map[string]*rowSet{}
+	for _, r := range mut.Rels {
+		rel, ok := b.rels[r.Type]
+		if !ok {
+			return nil, fmt.Errorf("relationship upsert: type %.64q is not in the model", r.Type)
+		}
+		if err := checkIDs(r.Type, r.TenantID, r.FromID); err != nil {
+			return nil, err
+		}
+		if r.ToID < 0 || (r.ToID == 0 && !rel.Single) {
+			return nil, fmt.Errorf("relationship upsert %s: to id must be > 0, got %d", r.Type, r.ToID)
+		}
+		props, err := allowedProps("relationship "+r.Type, rel.Properties, rel.Key, r.Props)
+		if err != nil {
+			return nil, err
+		}
+		row := map[string]any{
+			graphmodel.KeyTenantID: r.TenantID,
+			"from_id":              r.FromID,
+			"to_id":                nilIfZero(r.ToID),
+			"outbox_id":            r.OutboxID,
+			"props":                props,
+		}
+		if rel.Single {
+			// Only the row whose outbox id the From node holds acts, so rows
+			// of older events can stay; exact repeats are dropped.
+			key := singleKey{r.TenantID, r.FromID, r.OutboxID}
+			set := rowSetFor(clears, r.Type)
+			set.replace(key, row)
+			if r.ToID != 0 {
+				rowSetFor(merges, r.Type).replace(key, row)
+			}
+			continue
+		}
+		key := factKey{r.TenantID, r.FromID, r.ToID, fmt.Sprint(keyValues(rel.Key, props))}
+		rowSetFor(merges, r.Type).replace(key, row)
+	}
+
+	var stmts []Statement
+	for _, l := range b.model.Labels {
+		if l.Role == graphmodel.RoleTenant {
+			if len(tenantRows) > 0 {
+				stmts = append(stmts, Statement{Text: b.tenantMerge, Params: map[string]any{"rows": tenantRows}, Expect: -1})
+			}
+			continue
+		}
+		if rows := deletes[l.Name]; rows != nil {
+			stmts = append(stmts, Statement{Text: b.nodeDelete[l.Name], Params: rows.params(), Expect: -1})
+		}
+		if rows := upserts[l.Name]; rows != nil {
+			stmts = append(stmts, Statement{Text: b.nodeUpsert[l.Name], Params: rows.params(), Expect: -1})
+		}
+	}
+	for _, r := range b.model.Relationships {
+		if rows := clears[r.Type]; rows != nil {
+			stmts = append(stmts, Statement{Text: b.relClear[r.Type], Params: rows.params(), Expect: -1})
+		}
+		if rows := merges[r.Type]; rows != nil {
+			expect := len(rows.rows)
+			if r.Single {
+				expect = -1 // rows of superseded events rightly match nothing
+			}
+			stmts = append(stmts, Statement{Text: b.relMerge[r.Type], Params: rows.params(), Expect: expect})
+		}
+	}
+	return stmts, nil
+}
+
+func checkIDs(owner string, tenantID, id int64) error {
+	if tenantID <= 0 {
+		return fmt.Errorf("%s: tenant id must be > 0, got %d", owner, tenantID)
+	}
+	if id <= 0 {
+		return fmt.Errorf("%s: id must be > 0, got %d", owner, id)
+	}
+	return nil
+}
+
+// allowedProps copies props into a fresh map holding exactly the allowlisted
+// keys (absent ones as nil, which removes the property), refusing any other
+// key and any value of the wrong type. Key properties must not be nil.
+func allowedProps(owner string, allowed, key []graphmodel.Property, props map[string]any) (map[string]any, error) {
+	out := make(map[string]any, len(allowed)+len(key))
+	known := 0
+	for _, group := range [][]graphmodel.Property{key, allowed} {
+		for _, p := range group {
+			v, present := props[p.Key]
+			if present {
+				known++
+			}
+			if err := graphmodel.CheckValue(p.Type, v); err != nil {
+				return nil, fmt.Errorf("%s: property %s: %w", owner, p.Key, err)
+			}
+			out[p.Key] = v
+		}
+	}
+	for _, p := range key {
+		if out[p.Key] == nil {
+			return nil, fmt.Errorf("%s: key property %s must be set", owner, p.Key)
+		}
+	}
+	if known != len(props) {
+		for k := range props {
+			if _, ok := out[k]; !ok {
+				return nil, fmt.Errorf("%s: property %.64q is not in the model's allowlist", owner, k)
+			}
+		}
+	}
+	return out, nil
+}
+
+func keyValues(key []graphmodel.Property, props map[string]any) []any {
+	values := make([]any, len(key))
+	for i, p := range key {
+		values[i] = props[p.Key]
+	}
+	return values
+}
+
+func nilIfZero(id int64) any {
+	if id == 0 {
+		return nil
+	}
+	return id
+}
+
+type nodeKey struct{ tenantID, id int64 }
+
+type singleKey struct{ tenantID, fromID, outboxID int64 }
+
+type factKey struct {
+	tenantID, fromID, toID int64
+	key                    string
+}
+
+// rowSet keeps rows in first-seen order, one per key.
+type rowSet struct {
+	rows   []any
+	index  map[any]int
+	guards []graphmodel.Guard
+}
+
+func newRowSet() *rowSet { return &rowSet{index: map[any]int{}} }
+
+func rowSetFor(sets map[string]*rowSet, name string) *rowSet {
+	set := sets[name]
+	if set == nil {
+		set = newRowSet()
+		sets[name] = set
+	}
+	return set
+}
+
+// keepNewest keeps, per key, the row with the newest guard (the later one on a tie).
+func (s *rowSet) keepNewest(key any, guard graphmodel.Guard, row map[string]any) {
+	if i, seen := s.index[key]; seen {
+		if !s.guards[i].Newer(guard) {
+			s.rows[i], s.guards[i] = row, guard
+		}
+		return
+	}
+	s.index[key] = len(s.rows)
+	s.rows = append(s.rows, row)
+	s.guards = append(s.guards, guard)
+}
+
+// replace keeps, per key, the last row given.
+func (s *rowSet) replace(key any, row map[string]any) {
+	if i, seen := s.index[key]; seen {
+		s.rows[i] = row
+		return
+	}
+	s.index[key] = len(s.rows)
+	s.rows = append(s.rows, row)
+	s.guards = append(s.guards, graphmodel.Guard{})
+}
+
+func (s *rowSet) params() map[string]any { return map[string]any{"rows": s.rows} }

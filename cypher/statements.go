@@ -1,0 +1,170 @@
+package cypher
+
+import (
+	"fmt"
+	"strings"
+
+	"graphsync/graphmodel"
+)
+
+// Statement is one parameterised Cypher statement.
+type Statement struct {
+	Text   string
+	Params map[string]any
+	// Expect is how many rows the statement must report in its single
+	// "applied" column, or -1 when it reports nothing. A shortfall means a
+	// node the batch relied on vanished mid-transaction.
+	Expect int
+}
+
+// Builder turns mutations into statements. Its statement texts are built
+// once, in NewBuilder, one per label or relationship type and operation. A
+// Builder is safe for concurrent use.
+type Builder struct {
+	model       graphmodel.Model
+	labels      map[string]graphmodel.Label
+	rels        map[string]graphmodel.Relationship
+	tenantMerge string
+	nodeUpsert  map[string]string // by label
+	nodeDelete  map[string]string // by label, for labels with a tombstone
+	relClear    map[string]string // by type, Single relationships
+	relMerge    map[string]string // by type
+}
+
+// NewBuilder validates m and prepares every statement text it allows.
+func NewBuilder(m graphmodel.Model) (*Builder, error) {
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("graph model: %w", err)
+	}
+	b := &Builder{
+		model:      m,
+		labels:     map[string]graphmodel.Label{},
+		rels:       map[string]graphmodel.Relationship{},
+		nodeUpsert: map[string]string{},
+		nodeDelete: map[string]string{},
+		relClear:   map[string]string{},
+		relMerge:   map[string]string{},
+	}
+	for _, l := range m.Labels {
+		b.labels[l.Name] = l
+		switch l.Role {
+		case graphmodel.RoleTenant:
+			b.tenantMerge = tenantMergeText(l)
+		default:
+			b.nodeUpsert[l.Name] = nodeUpsertText(l)
+			if l.Tombstone != "" {
+				b.nodeDelete[l.Name] = nodeDeleteText(l)
+			}
+		}
+	}
+	for _, r := range m.Relationships {
+		b.rels[r.Type] = r
+		if r.Single {
+			b.relClear[r.Type] = relClearText(r)
+		}
+		b.relMerge[r.Type] = relMergeText(r)
+	}
+	return b, nil
+}
+
+// Model returns the model the builder was made from.
+func (b *Builder) Model() graphmodel.Model { return b.model }
+
+// Texts returns every statement text the builder can emit, in emission order.
+func (b *Builder) Texts() []string {
+	var texts []string
+	for _, l := range b.model.Labels {
+		if l.Role == graphmodel.RoleTenant {
+			texts = append(texts, b.tenantMerge)
+			continue
+		}
+		if text, ok := b.nodeDelete[l.Name]; ok {
+			texts = append(texts, text)
+		}
+		texts = append(texts, b.nodeUpsert[l.Name])
+	}
+	for _, r := range b.model.Relationships {
+		if text, ok := b.relClear[r.Type]; ok {
+			texts = append(texts, text)
+		}
+		texts = append(texts, b.relMerge[r.Type])
+	}
+	return texts
+}
+
+// guardAllows is true when row's guard orders after the node's stored one.
+func guardAllows(node string) string {
+	return fmt.Sprintf("(%[1]s.%[2]s IS NULL OR row.version > %[1]s.%[3]s OR (row.version = %[1]s.%[3]s AND row.outbox_id > %[1]s.%[2]s))",
+		node, graphmodel.PropOutboxID, graphmodel.PropVersion)
+}
+
+func keyPattern(label string) string {
+	return fmt.Sprintf("%s {%s: row.tenant_id, %s: row.id}", label, graphmodel.KeyTenantID, graphmodel.KeyID)
+}
+
+func tenantMergeText(l graphmodel.Label) string {
+	return fmt.Sprintf("UNWIND $rows AS row\nMERGE (n:%s {%s: row.tenant_id, %s: row.tenant_id})",
+		l.Name, graphmodel.KeyTenantID, graphmodel.KeyID)
+}
+
+// nodeUpsertText: the guard is evaluated in the same statement as the write,
+// after MERGE, so a stale, duplicate or replayed row changes nothing.
+func nodeUpsertText(l graphmodel.Label) string {
+	var sb strings.Builder
+	sb.WriteString("UNWIND $rows AS row\n")
+	if l.Tombstone != "" {
+		// A tombstoned node stays deleted: the row does not even MERGE.
+		fmt.Fprintf(&sb, "OPTIONAL MATCH (t:%s)\nWITH row, t\nWHERE t IS NULL\n", keyPattern(l.Tombstone))
+	}
+	fmt.Fprintf(&sb, "MERGE (n:%s)\nWITH n, row\nWHERE %s\n", keyPattern(l.Name), guardAllows("n"))
+	fmt.Fprintf(&sb, "SET n.%s = row.version, n.%s = row.outbox_id", graphmodel.PropVersion, graphmodel.PropOutboxID)
+	for _, p := range l.Properties {
+		fmt.Fprintf(&sb, ",\n    n.%[1]s = row.props.%[1]s", p.Key)
+	}
+	return sb.String()
+}
+
+// nodeDeleteText: the first delete writes the tombstone's guard; replays find
+// the tombstone and no node.
+func nodeDeleteText(l graphmodel.Label) string {
+	return fmt.Sprintf("UNWIND $rows AS row\nMERGE (t:%s)\nON CREATE SET t.%s = row.version, t.%s = row.outbox_id\nWITH row\nOPTIONAL MATCH (n:%s)\nDETACH DELETE n",
+		keyPattern(l.Tombstone), graphmodel.PropVersion, graphmodel.PropOutboxID, keyPattern(l.Name))
+}
+
+func endpoint(label, idField string) string {
+	return fmt.Sprintf("%s {%s: row.tenant_id, %s: row.%s}", label, graphmodel.KeyTenantID, graphmodel.KeyID, idField)
+}
+
+// relClearText removes a Single relationship's stale edges, but only where the
+// From node was just written by the row's event. It is a statement of its own
+// so that no statement both deletes and merges the same type (an Eager plan).
+func relClearText(r graphmodel.Relationship) string {
+	return fmt.Sprintf("UNWIND $rows AS row\nMATCH (a:%s)-[r:%s]->(b:%s)\nWHERE a.%s = row.outbox_id AND (row.to_id IS NULL OR b.%s <> row.to_id)\nDELETE r",
+		endpoint(r.From, "from_id"), r.Type, r.To, graphmodel.PropOutboxID, graphmodel.KeyID)
+}
+
+func relMergeText(r graphmodel.Relationship) string {
+	var sb strings.Builder
+	sb.WriteString("UNWIND $rows AS row\n")
+	fmt.Fprintf(&sb, "MATCH (a:%s)\n", endpoint(r.From, "from_id"))
+	if r.Single {
+		fmt.Fprintf(&sb, "WHERE a.%s = row.outbox_id\n", graphmodel.PropOutboxID)
+	}
+	fmt.Fprintf(&sb, "MATCH (b:%s)\n", endpoint(r.To, "to_id"))
+	key := []string{fmt.Sprintf("%[1]s: row.%[1]s", graphmodel.KeyTenantID)}
+	for _, p := range r.Key {
+		key = append(key, fmt.Sprintf("%[1]s: row.props.%[1]s", p.Key))
+	}
+	fmt.Fprintf(&sb, "MERGE (a)-[r:%s {%s}]->(b)", r.Type, strings.Join(key, ", "))
+	for i, p := range r.Properties {
+		sep := ",\n    "
+		if i == 0 {
+			sep = "\nSET "
+		}
+		fmt.Fprintf(&sb, "%sr.%[2]s = row.props.%[2]s", sep, p.Key)
+	}
+	if !r.Single {
+		sb.WriteString("\nRETURN count(*) AS applied")
+	}
+	return sb.String()
+}
