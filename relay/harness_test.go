@@ -55,8 +55,15 @@ func newHarness(t *testing.T, mode WakeMode) *harness {
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])
 	h := &harness{t: t, mode: mode, url: url, pool: pool, slot: "gs_test_" + hex.EncodeToString(suffix[:])}
-	if mode == WakeNotify {
+	switch mode {
+	case WakeNotify:
 		if err := NotifyTriggerEnable(context.Background(), pool); err != nil {
+			t.Fatal(err)
+		}
+	case WakeStream:
+		// Creating a slot waits for every open transaction to end; tests
+		// that hold one open need the slot made before.
+		if err := EnsureStream(context.Background(), pool, h.slot, h.slot); err != nil {
 			t.Fatal(err)
 		}
 	}

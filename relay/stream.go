@@ -97,9 +97,11 @@ func DropStream(ctx context.Context, pool *pgxpool.Pool, slot, publication strin
 	return nil
 }
 
+// isDuplicate: the object exists (42710), or a concurrent creator won the
+// race on the catalog's unique index (23505).
 func isDuplicate(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42710"
+	return errors.As(err, &pgErr) && (pgErr.Code == "42710" || pgErr.Code == "23505")
 }
 
 func isObjectInUse(err error) bool {

@@ -119,19 +119,20 @@ func (w *waker) listen(ctx context.Context) error {
 }
 
 func (w *waker) listenOnce(ctx context.Context) error {
-	conn, err := w.r.pool.Acquire(ctx)
+	pooled, err := w.r.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquire LISTEN connection: %w", err)
 	}
 	// The connection carries LISTEN state: it must not go back to the pool.
-	defer conn.Hijack().Close(context.WithoutCancel(ctx))
+	conn := pooled.Hijack()
+	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{w.r.cfg.NotifyChannel}.Sanitize()); err != nil {
 		return fmt.Errorf("LISTEN %s: %w", w.r.cfg.NotifyChannel, err)
 	}
 	// Rows committed before LISTEN took effect are found by this wake-up.
 	w.broadcast()
 	for {
-		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
 			return err
 		}
 		w.broadcast()
