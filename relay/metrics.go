@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -111,4 +112,14 @@ func ReadStats(ctx context.Context, pool *pgxpool.Pool) (Stats, error) {
 	var s Stats
 	err := pool.QueryRow(ctx, gsql.Query("OutboxStats")).Scan(&s.LagSeconds, &s.DLQDepth, &s.BlockedAggregates)
 	return s, err
+}
+
+// PendingFlowing counts pending rows that are neither failing nor waiting
+// behind a failing row of their aggregate; zero means caught up.
+func PendingFlowing(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var n int64
+	if err := pool.QueryRow(ctx, gsql.Query("OutboxPendingFlowing")).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count pending outbox rows: %w", err)
+	}
+	return n, nil
 }

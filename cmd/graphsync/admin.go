@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"graphsync/relay"
+)
+
+func runDLQ(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return usageError{"want a subcommand: list, retry IDS..., discard IDS..."}
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("dlq "+sub, flag.ContinueOnError)
+	var conn connFlags
+	conn.register(fs, false)
+	tenant := fs.Int64("tenant", 0, "list: only this tenant's dead letters (0: all)")
+	limit := fs.Int("limit", 100, "list: at most this many rows")
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	var ids []int64
+	for _, arg := range fs.Args() {
+		id, err := strconv.ParseInt(arg, 10, 64)
+		if err != nil || id <= 0 {
+			return usageError{fmt.Sprintf("%q is not an outbox id", arg)}
+		}
+		ids = append(ids, id)
+	}
+	pool, err := conn.openPostgres(ctx, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	switch sub {
+	case "list":
+		letters, err := relay.DLQList(ctx, pool, *tenant, *limit)
+		if err != nil {
+			return err
+		}
+		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "ID\tTENANT\tAGGREGATE\tEVENT\tATTEMPTS\tDEAD SINCE\tLAST ERROR")
+		for _, d := range letters {
+			fmt.Fprintf(w, "%d\t%d\t%s/%d\t%s v%d\t%d\t%s\t%s\n", d.ID, d.TenantID, d.AggregateType, d.AggregateID,
+				d.EventType, d.EventVersion, d.Attempts, d.DeadLetteredAt.Format(time.RFC3339), d.LastError)
+		}
+		return w.Flush()
+	case "retry", "discard":
+		if len(ids) == 0 {
+			return usageError{"name the outbox ids to " + sub}
+		}
+		do := relay.DLQRetry
+		if sub == "discard" {
+			do = relay.DLQDiscard
+		}
+		done, err := do(ctx, pool, ids)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("dlq %s: %d of %d rows %v\n", sub, len(done), len(ids), done)
+		if len(done) < len(ids) {
+			return fmt.Errorf("%d ids were not in the DLQ", len(ids)-len(done))
+		}
+		return nil
+	default:
+		return usageError{fmt.Sprintf("unknown dlq subcommand %q: want list, retry or discard", sub)}
+	}
+}
+
+func runRetention(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("retention", flag.ContinueOnError)
+	var conn connFlags
+	conn.register(fs, false)
+	var cfg relay.RetentionConfig
+	fs.DurationVar(&cfg.ArchiveAfter, "archive-after", 7*24*time.Hour, "move processed rows older than this to the archive")
+	fs.IntVar(&cfg.ArchiveBatch, "archive-batch", 5000, "rows per archive transaction")
+	fs.DurationVar(&cfg.KeepArchive, "keep-archive", 90*24*time.Hour, "drop archive partitions wholly older than this")
+	fs.IntVar(&cfg.MonthsAhead, "months-ahead", 3, "create archive partitions this many months ahead")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	pool, err := conn.openPostgres(ctx, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	report, err := relay.Retain(ctx, pool, cfg)
+	fmt.Printf("retention: archived %d rows; partitions created %v; dropped %v\n",
+		report.Archived, report.PartitionsCreated, report.PartitionsDropped)
+	return err
+}
+
+func runStream(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] != "drop" {
+		return usageError{"want: stream drop [--slot NAME] [--publication NAME]"}
+	}
+	fs := flag.NewFlagSet("stream drop", flag.ContinueOnError)
+	var conn connFlags
+	conn.register(fs, false)
+	slot := fs.String("slot", "graphsync_outbox", "replication slot name")
+	publication := fs.String("publication", "graphsync_outbox", "publication name")
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	pool, err := conn.openPostgres(ctx, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := relay.DropStream(ctx, pool, *slot, *publication); err != nil {
+		return err
+	}
+	fmt.Printf("stream: dropped slot %s and publication %s\n", *slot, *publication)
+	return nil
+}
+
+func runNotify(ctx context.Context, args []string) error {
+	if len(args) == 0 || (args[0] != "enable" && args[0] != "disable") {
+		return usageError{"want: notify enable|disable"}
+	}
+	fs := flag.NewFlagSet("notify "+args[0], flag.ContinueOnError)
+	var conn connFlags
+	conn.register(fs, false)
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	pool, err := conn.openPostgres(ctx, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if args[0] == "enable" {
+		err = relay.NotifyTriggerEnable(ctx, pool)
+	} else {
+		err = relay.NotifyTriggerDisable(ctx, pool)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Printf("notify: trigger %sd\n", args[0])
+	return nil
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// connFlags are the connection settings every command shares.
+type connFlags struct {
+	pgURL         string
+	neo4jURI      string
+	neo4jUser     string
+	neo4jPassword string
+	logLevel      string
+	logFormat     string
+}
+
+func (c *connFlags) register(fs *flag.FlagSet, needNeo4j bool) {
+	fs.StringVar(&c.pgURL, "pg-url", "", "PostgreSQL URL, e.g. postgres://user:pass@host:5432/db (env GRAPHSYNC_PG_URL)")
+	if needNeo4j {
+		fs.StringVar(&c.neo4jURI, "neo4j-uri", "", "Neo4j Bolt URI, e.g. bolt://localhost:7687 (env GRAPHSYNC_NEO4J_URI)")
+		fs.StringVar(&c.neo4jUser, "neo4j-user", "", "Neo4j user; empty for a server with auth off (env GRAPHSYNC_NEO4J_USER)")
+		fs.StringVar(&c.neo4jPassword, "neo4j-password", "", "Neo4j password (env GRAPHSYNC_NEO4J_PASSWORD)")
+	}
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error (env GRAPHSYNC_LOG_LEVEL)")
+	fs.StringVar(&c.logFormat, "log-format", "json", "json or console (env GRAPHSYNC_LOG_FORMAT)")
+}
+
+// parseFlags parses args, then fills every flag not given on the command line
+// from GRAPHSYNC_<NAME>.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(os.Stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] {
+			return
+		}
+		env := "GRAPHSYNC_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok && v != "" {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %v", env, v, err))
+			}
+		}
+	})
+	if len(errs) > 0 {
+		return usageError{errors.Join(errs...).Error()}
+	}
+	return nil
+}
+
+func (c *connFlags) logger() (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(c.logLevel)
+	if err != nil {
+		return nil, usageError{fmt.Sprintf("log level %q: want debug, info, warn or error", c.logLevel)}
+	}
+	var cfg zap.Config
+	switch c.logFormat {
+	case "json":
+		cfg = zap.NewProductionConfig()
+	case "console":
+		cfg = zap.NewDevelopmentConfig()
+	default:
+		return nil, usageError{fmt.Sprintf("log format %q: want json or console", c.logFormat)}
+	}
+	cfg.Level = zap.NewAtomicLevelAt(level)
+	cfg.DisableStacktrace = true
+	return cfg.Build()
+}
+
+// openPostgres connects and pings, with an error that names the server
+// (password redacted) and what to check.
+func (c *connFlags) openPostgres(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	if c.pgURL == "" {
+		return nil, usageError{"no PostgreSQL URL: set --pg-url or GRAPHSYNC_PG_URL (after make services-up: source .local/services.env)"}
+	}
+	cfg, err := pgxpool.ParseConfig(c.pgURL)
+	if err != nil {
+		return nil, usageError{fmt.Sprintf("PostgreSQL URL %s is not valid: %v", RedactURL(c.pgURL), redactErr(err, c.pgURL))}
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL at %s: %v", RedactURL(c.pgURL), redactErr(err, c.pgURL))
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %v", RedactURL(c.pgURL), redactErr(err, c.pgURL))
+	}
+	return pool, nil
+}
+
+// openNeo4j builds a driver. With verify, an unreachable server is an error;
+// bad credentials are always one.
+func (c *connFlags) openNeo4j(ctx context.Context, verify bool) (neo4j.DriverWithContext, error) {
+	if c.neo4jURI == "" {
+		return nil, usageError{"no Neo4j URI: set --neo4j-uri or GRAPHSYNC_NEO4J_URI (after make services-up: source .local/services.env)"}
+	}
+	auth := neo4j.NoAuth()
+	if c.neo4jUser != "" || c.neo4jPassword != "" {
+		auth = neo4j.BasicAuth(c.neo4jUser, c.neo4jPassword, "")
+	}
+	driver, err := neo4j.NewDriverWithContext(c.neo4jURI, auth)
+	if err != nil {
+		return nil, usageError{fmt.Sprintf("Neo4j URI %s is not valid: %v", RedactURL(c.neo4jURI), err)}
+	}
+	checkCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := driver.VerifyConnectivity(checkCtx); err != nil {
+		if isNeo4jAuthError(err) {
+			driver.Close(ctx)
+			return nil, fmt.Errorf("Neo4j at %s refused the credentials: set GRAPHSYNC_NEO4J_USER and GRAPHSYNC_NEO4J_PASSWORD (%v)", RedactURL(c.neo4jURI), err)
+		}
+		if verify {
+			driver.Close(ctx)
+			return nil, fmt.Errorf("cannot reach Neo4j at %s: %v", RedactURL(c.neo4jURI), err)
+		}
+		return driver, errNeo4jUnreachable{fmt.Errorf("Neo4j at %s is not reachable yet: %v", RedactURL(c.neo4jURI), err)}
+	}
+	return driver, nil
+}
+
+// errNeo4jUnreachable is returned with a usable driver when the server did
+// not answer yet; the sync service starts anyway and retries.
+type errNeo4jUnreachable struct{ err error }
+
+func (e errNeo4jUnreachable) Error() string { return e.err.Error() }
+
+func isNeo4jAuthError(err error) bool {
+	var neoErr *neo4j.Neo4jError
+	if errors.As(err, &neoErr) {
+		return strings.HasPrefix(neoErr.Code, "Neo.ClientError.Security.")
+	}
+	return strings.Contains(err.Error(), "Neo.ClientError.Security.")
+}
+
+var passwordParam = regexp.MustCompile(`(?i)(password\s*=\s*)('[^']*'|[^\s]*)`)
+
+// RedactURL hides the password of a URL or key=value connection string.
+func RedactURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.Scheme != "" && u.Host != "" {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+		q := u.Query()
+		if q.Has("password") {
+			q.Set("password", "xxxxx")
+			u.RawQuery = q.Encode()
+		}
+		return u.String()
+	}
+	return passwordParam.ReplaceAllString(raw, "${1}xxxxx")
+}
+
+// redactErr removes the password from an error's text, in case a driver
+// echoed the connection string.
+func redactErr(err error, raw string) string {
+	msg := err.Error()
+	if u, perr := url.Parse(raw); perr == nil {
+		if pw, has := u.User.Password(); has && pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		}
+	}
+	return passwordParam.ReplaceAllString(msg, "${1}xxxxx")
+}

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+
+	"graphsync/relay"
+	"graphsync/workload"
+)
+
+// runDemo is the main job on a small scale: write a workload through real
+// transactions, run the sync service until it has caught up, print a summary.
+func runDemo(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	var f syncFlags
+	f.register(fs)
+	var w workload.Config
+	fs.Int64Var(&w.Seed, "seed", 1, "workload seed (same seed, same events)")
+	fs.IntVar(&w.Tenants, "tenants", 3, "tenants to create")
+	fs.IntVar(&w.ProductsPerTenant, "products", 20, "products per tenant")
+	fs.IntVar(&w.CustomersPerTenant, "customers", 10, "customers per tenant")
+	fs.IntVar(&w.Orders, "orders", 60, "orders across all tenants")
+	fs.IntVar(&w.Writers, "writers", 4, "concurrent writers")
+	fs.IntVar(&w.OrdersPerTx, "orders-per-tx", 1, "orders per transaction (1 = one business change per transaction)")
+	noSync := fs.Bool("no-sync", false, "only write the workload")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := f.conn.logger()
+	if err != nil {
+		return err
+	}
+	wake, err := relay.ParseWakeMode(f.wake)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	f.relay.Wake = wake
+	pool, err := f.conn.openPostgres(ctx, int32(w.Writers+4))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	start := time.Now()
+	report, err := workload.Run(ctx, pool, w, log.Named("workload"))
+	if err != nil {
+		return fmt.Errorf("demo workload: %w", err)
+	}
+	fmt.Printf("demo: wrote %d events for %d tenants in %s (%d products, %d customers, %d orders)\n",
+		report.Events, len(report.TenantIDs), time.Since(start).Round(time.Millisecond), report.Products, report.Customers, report.Orders)
+	if *noSync {
+		return nil
+	}
+	f.untilCaughtUp = true
+	f.httpAddr = ""
+	start = time.Now()
+	if err := serveSync(ctx, f, log.Named("sync")); err != nil {
+		return err
+	}
+	fmt.Printf("demo: sync (%s mode) caught up in %s\n", f.relay.Wake, time.Since(start).Round(time.Millisecond))
+	driver, err := f.conn.openNeo4j(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer driver.Close(ctx)
+	return printSummary(ctx, os.Stdout, pool, driver, report.TenantIDs)
+}
+
+func runSummary(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("summary", flag.ContinueOnError)
+	var conn connFlags
+	conn.register(fs, true)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	pool, err := conn.openPostgres(ctx, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	driver, err := conn.openNeo4j(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer driver.Close(ctx)
+	return printSummary(ctx, os.Stdout, pool, driver, nil)
+}
+
+// tenantSummary is one tenant's line of the summary.
+type tenantSummary struct {
+	products, customers, orders, events, pending, dlq int64
+	nodes, rels                                       map[string]int64
+}
+
+// printSummary prints, per tenant, what PostgreSQL holds (business rows,
+// events, pending, DLQ) beside what Neo4j holds (nodes per label,
+// relationships per type), and the outbox lag.
+func printSummary(ctx context.Context, out io.Writer, pool *pgxpool.Pool, driver neo4j.DriverWithContext, only []int64) error {
+	tenants := map[int64]*tenantSummary{}
+	get := func(id int64) *tenantSummary {
+		if tenants[id] == nil {
+			tenants[id] = &tenantSummary{nodes: map[string]int64{}, rels: map[string]int64{}}
+		}
+		return tenants[id]
+	}
+	rows, err := pool.Query(ctx, `
+		SELECT t.id,
+		  (SELECT count(*) FROM products p WHERE p.tenant_id = t.id),
+		  (SELECT count(*) FROM customers c WHERE c.tenant_id = t.id),
+		  (SELECT count(*) FROM sales_orders o WHERE o.tenant_id = t.id),
+		  (SELECT count(*) FROM outbox_messages m WHERE m.tenant_id = t.id)
+		    + (SELECT count(*) FROM outbox_messages_archive a WHERE a.tenant_id = t.id)
+		    + (SELECT count(*) FROM outbox_messages_dlq d WHERE d.tenant_id = t.id),
+		  (SELECT count(*) FROM outbox_messages m WHERE m.tenant_id = t.id AND m.processed_at IS NULL),
+		  (SELECT count(*) FROM outbox_messages_dlq d WHERE d.tenant_id = t.id)
+		FROM tenants t
+		WHERE cardinality($1::bigint[]) = 0 OR t.id = ANY($1::bigint[])
+		ORDER BY t.id`, only)
+	if err != nil {
+		return fmt.Errorf("summary: read PostgreSQL: %w", err)
+	}
+	var id int64
+	var s tenantSummary
+	_, err = pgx.ForEachRow(rows, []any{&id, &s.products, &s.customers, &s.orders, &s.events, &s.pending, &s.dlq}, func() error {
+		t := get(id)
+		t.products, t.customers, t.orders, t.events, t.pending, t.dlq = s.products, s.customers, s.orders, s.events, s.pending, s.dlq
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("summary: read PostgreSQL: %w", err)
+	}
+	ids := make([]int64, 0, len(tenants))
+	for id := range tenants {
+		ids = append(ids, id)
+	}
+	session := driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeRead})
+	defer session.Close(ctx)
+	nodeRows, err := neo4j.ExecuteRead(ctx, session, func(tx neo4j.ManagedTransaction) ([]*neo4j.Record, error) {
+		res, err := tx.Run(ctx, `MATCH (n) WHERE n.tenant_id IN $ids
+			RETURN n.tenant_id AS tenant, labels(n)[0] AS label, count(*) AS n`, map[string]any{"ids": ids})
+		if err != nil {
+			return nil, err
+		}
+		return res.Collect(ctx)
+	})
+	if err != nil {
+		return fmt.Errorf("summary: read Neo4j nodes: %w", err)
+	}
+	for _, r := range nodeRows {
+		tenant, _ := r.Get("tenant")
+		label, _ := r.Get("label")
+		n, _ := r.Get("n")
+		get(tenant.(int64)).nodes[fmt.Sprint(label)] = n.(int64)
+	}
+	relRows, err := neo4j.ExecuteRead(ctx, session, func(tx neo4j.ManagedTransaction) ([]*neo4j.Record, error) {
+		res, err := tx.Run(ctx, `MATCH (a)-[r]->() WHERE a.tenant_id IN $ids
+			RETURN a.tenant_id AS tenant, type(r) AS type, count(*) AS n`, map[string]any{"ids": ids})
+		if err != nil {
+			return nil, err
+		}
+		return res.Collect(ctx)
+	})
+	if err != nil {
+		return fmt.Errorf("summary: read Neo4j relationships: %w", err)
+	}
+	for _, r := range relRows {
+		tenant, _ := r.Get("tenant")
+		typ, _ := r.Get("type")
+		n, _ := r.Get("n")
+		get(tenant.(int64)).rels[fmt.Sprint(typ)] = n.(int64)
+	}
+	stats, err := relay.ReadStats(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("summary: read outbox stats: %w", err)
+	}
+
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "TENANT\tPG products/customers/orders\tEVENTS\tPENDING\tDLQ\tNEO4J nodes\tNEO4J relationships")
+	for _, id := range ids {
+		t := tenants[id]
+		fmt.Fprintf(w, "%d\t%d/%d/%d\t%d\t%d\t%d\t%s\t%s\n", id, t.products, t.customers, t.orders, t.events, t.pending, t.dlq,
+			formatCounts(t.nodes), formatCounts(t.rels))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "outbox: lag %.1fs, DLQ %d, blocked aggregates %d\n", stats.LagSeconds, stats.DLQDepth, stats.BlockedAggregates)
+	return nil
+}
+
+func formatCounts(counts map[string]int64) string {
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := ""
+	for i, k := range keys {
+		if i > 0 {
+			out += " "
+		}
+		out += fmt.Sprintf("%s=%d", k, counts[k])
+	}
+	if out == "" {
+		return "-"
+	}
+	return out
+}

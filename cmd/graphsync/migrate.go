@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"graphsync/projector"
+	gsql "graphsync/sql"
+)
+
+func runMigrate(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	var conn connFlags
+	conn.register(fs, true)
+	skipNeo4j := fs.Bool("skip-neo4j", false, "apply only the PostgreSQL migrations (env GRAPHSYNC_SKIP_NEO4J)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	pool, err := conn.openPostgres(ctx, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	// Check Neo4j before changing anything, so a bad Neo4j setting leaves
+	// PostgreSQL untouched too.
+	var driverClose func()
+	var ensureGraph func() error
+	if !*skipNeo4j {
+		driver, err := conn.openNeo4j(ctx, true)
+		if err != nil {
+			return err
+		}
+		driverClose = func() { driver.Close(ctx) }
+		ensureGraph = func() error { return projector.EnsureSchema(ctx, driver) }
+		defer driverClose()
+	}
+	applied, err := gsql.Migrate(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if len(applied) == 0 {
+		fmt.Println("postgresql: schema is current, nothing applied")
+	} else {
+		for _, name := range applied {
+			fmt.Println("postgresql: applied", name)
+		}
+	}
+	var walLevel string
+	if err := pool.QueryRow(ctx, `SELECT current_setting('wal_level')`).Scan(&walLevel); err == nil && walLevel != "logical" {
+		fmt.Printf("postgresql: note: wal_level is %q; the stream wake mode needs wal_level=logical (poll and notify work as is)\n", walLevel)
+	}
+	if ensureGraph != nil {
+		if err := ensureGraph(); err != nil {
+			return fmt.Errorf("neo4j: create constraints and indexes: %w", err)
+		}
+		fmt.Println("neo4j: constraints and indexes are in place")
+	}
+	return nil
+}

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sourcegraph/conc/pool"
+	"go.uber.org/zap"
+
+	"graphsync/projector"
+	"graphsync/relay"
+	gsql "graphsync/sql"
+)
+
+// syncFlags configure the sync service.
+type syncFlags struct {
+	conn           connFlags
+	relay          relay.Config
+	wake           string
+	httpAddr       string
+	retentionEvery time.Duration
+	untilCaughtUp  bool
+	notifyTrigger  bool
+}
+
+func (f *syncFlags) register(fs *flag.FlagSet) {
+	f.conn.register(fs, true)
+	fs.StringVar(&f.wake, "wake", "poll", "wake mode: poll, notify or stream (env GRAPHSYNC_WAKE)")
+	fs.StringVar(&f.httpAddr, "http-addr", ":8080", "address of /metrics, /healthz and /readyz; empty disables (env GRAPHSYNC_HTTP_ADDR)")
+	fs.StringVar(&f.relay.ID, "relay-id", "", "this process's name in outbox_messages.locked_by (default host-pid-random)")
+	fs.IntVar(&f.relay.Workers, "workers", 1, "concurrent claim-deliver loops in this process")
+	fs.IntVar(&f.relay.BatchSize, "batch-size", 500, "most rows per claim and per Neo4j transaction")
+	fs.DurationVar(&f.relay.PollInterval, "poll-interval", 500*time.Millisecond, "poll period (poll mode) and safety net (notify mode)")
+	fs.DurationVar(&f.relay.FallbackPollInterval, "fallback-poll-interval", 30*time.Second, "stream mode's poll for rows the stream missed")
+	fs.DurationVar(&f.relay.Lease, "lease", 15*time.Second, "how long a claim holds rows before another relay may take them over")
+	fs.DurationVar(&f.relay.RetryStep, "retry-step", 30*time.Second, "a failed event waits LEAST(attempts, retry-max-steps) * retry-step")
+	fs.IntVar(&f.relay.RetryMaxSteps, "retry-max-steps", 8, "cap of the retry multiplier")
+	fs.IntVar(&f.relay.MaxAttempts, "max-attempts", 10, "deliveries before an event moves to the DLQ")
+	fs.DurationVar(&f.relay.DrainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long to let the batch in flight finish")
+	fs.StringVar(&f.relay.Slot, "slot", "graphsync_outbox", "stream mode's replication slot")
+	fs.StringVar(&f.relay.Publication, "publication", "graphsync_outbox", "stream mode's publication")
+	fs.DurationVar(&f.retentionEvery, "retention-every", time.Hour, "run the archive and partition job this often; 0 disables")
+	fs.BoolVar(&f.untilCaughtUp, "until-caught-up", false, "exit 0 once every event that can flow has been applied (for demos and batch runs)")
+	fs.BoolVar(&f.notifyTrigger, "notify-trigger", true, "notify mode: install the outbox NOTIFY trigger at start")
+}
+
+func runSync(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("sync", flag.ContinueOnError)
+	var f syncFlags
+	f.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	wake, err := relay.ParseWakeMode(f.wake)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	f.relay.Wake = wake
+	log, err := f.conn.logger()
+	if err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck
+
+	// First signal: soft stop (finish the batch in flight). Second: exit now;
+	// nothing unapplied was marked, so the leases simply run out.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	go func() {
+		sig := <-signals
+		log.Info("stopping: finishing the batch in flight", zap.String("signal", sig.String()), zap.Duration("drain_timeout", f.relay.DrainTimeout))
+		stop()
+		sig = <-signals
+		log.Warn("second signal: stopping at once", zap.String("signal", sig.String()))
+		os.Exit(1)
+	}()
+	return serveSync(ctx, f, log)
+}
+
+// serveSync runs the service until ctx is done.
+func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
+	pgPool, err := f.conn.openPostgres(ctx, int32(f.relay.Workers*2+6))
+	if err != nil {
+		return err
+	}
+	defer pgPool.Close()
+	pending, err := gsql.Pending(ctx, pgPool)
+	if err != nil {
+		return err
+	}
+	if len(pending) > 0 {
+		return fmt.Errorf("PostgreSQL schema is not current (%d migrations pending, first %s): run graphsync migrate", len(pending), pending[0])
+	}
+	driver, err := f.conn.openNeo4j(ctx, false)
+	var unreachable errNeo4jUnreachable
+	if errors.As(err, &unreachable) {
+		log.Warn("starting without Neo4j; batches wait until it answers", zap.Error(err))
+	} else if err != nil {
+		return err
+	}
+	defer driver.Close(context.WithoutCancel(ctx))
+	if f.relay.Wake == relay.WakeNotify && f.notifyTrigger {
+		if err := relay.NotifyTriggerEnable(ctx, pgPool); err != nil {
+			return err
+		}
+	}
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	sink, err := projector.New(driver, projector.Config{Registerer: registry}, log.Named("projector"))
+	if err != nil {
+		return err
+	}
+	metrics := relay.NewMetrics()
+	registry.MustRegister(metrics.Collectors(pgPool)...)
+	rel, err := relay.New(pgPool, sink, f.relay, log.Named("relay"), metrics)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	cfg := rel.Config()
+	log.Info("graphsync sync starting", zap.String("wake", string(cfg.Wake)), zap.String("relay_id", cfg.ID),
+		zap.Int("batch_size", cfg.BatchSize), zap.Int("workers", cfg.Workers),
+		zap.String("postgres", RedactURL(f.conn.pgURL)), zap.String("neo4j", RedactURL(f.conn.neo4jURI)))
+
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	tasks := pool.New().WithErrors().WithContext(context.WithoutCancel(ctx))
+	tasks.Go(func(context.Context) error {
+		defer cancelRun() // the relay ending ends the service
+		return rel.Run(runCtx)
+	})
+	if f.httpAddr != "" {
+		listener, err := net.Listen("tcp", f.httpAddr)
+		if err != nil {
+			cancelRun()
+			_ = tasks.Wait()
+			return fmt.Errorf("listen on %s for /metrics: %w", f.httpAddr, err)
+		}
+		log.Info("serving /metrics, /healthz and /readyz", zap.String("addr", listener.Addr().String()))
+		server := &http.Server{Handler: httpHandler(registry, readiness{pool: pgPool, driver: driver, cfg: cfg}), ReadHeaderTimeout: 5 * time.Second}
+		tasks.Go(func(context.Context) error {
+			if err := server.Serve(listener); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("http server: %w", err)
+			}
+			return nil
+		})
+		tasks.Go(func(context.Context) error {
+			<-runCtx.Done()
+			shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			return server.Shutdown(shutdownCtx)
+		})
+	}
+	if f.retentionEvery > 0 {
+		tasks.Go(func(context.Context) error {
+			retainEvery(runCtx, pgPool, f.retentionEvery, log.Named("retention"))
+			return nil
+		})
+	}
+	if f.untilCaughtUp {
+		tasks.Go(func(context.Context) error {
+			waitCaughtUp(runCtx, pgPool, log)
+			cancelRun()
+			return nil
+		})
+	}
+	err = tasks.Wait()
+	log.Info("graphsync sync stopped")
+	return err
+}
+
+// waitCaughtUp returns once no pending event can flow (every one left is
+// failing or behind a failing one) or ctx is done.
+func waitCaughtUp(ctx context.Context, pgPool *pgxpool.Pool, log *zap.Logger) {
+	ticker := time.NewTicker(200 * time.Millisecond)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		n, err := relay.PendingFlowing(ctx, pgPool)
+		if err != nil {
+			log.Warn("could not check progress", zap.Error(err))
+			continue
+		}
+		if n == 0 {
+			log.Info("caught up: every event that can flow was applied")
+			return
+		}
+	}
+}
+
+func retainEvery(ctx context.Context, pgPool *pgxpool.Pool, every time.Duration, log *zap.Logger) {
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
+	for {
+		report, err := relay.Retain(ctx, pgPool, relay.RetentionConfig{})
+		if err != nil && ctx.Err() == nil {
+			log.Warn("retention run failed", zap.Error(err))
+		} else if report.Archived > 0 || len(report.PartitionsCreated) > 0 || len(report.PartitionsDropped) > 0 {
+			log.Info("retention run", zap.Int64("archived", report.Archived),
+				zap.Strings("partitions_created", report.PartitionsCreated), zap.Strings("partitions_dropped", report.PartitionsDropped))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+func httpHandler(registry *prometheus.Registry, ready readiness) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		problems := ready.check(r.Context())
+		if len(problems) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			for _, p := range problems {
+				fmt.Fprintln(w, p)
+			}
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}
+
+// readiness checks what /readyz reports: PostgreSQL and Neo4j reachable,
+// migrations current, and in stream mode a usable slot.
+type readiness struct {
+	pool   *pgxpool.Pool
+	driver neo4j.DriverWithContext
+	cfg    relay.Config
+}
+
+func (r readiness) check(ctx context.Context) []string {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var problems []string
+	if err := r.pool.Ping(ctx); err != nil {
+		problems = append(problems, "postgresql: "+err.Error())
+	} else if pending, err := gsql.Pending(ctx, r.pool); err != nil {
+		problems = append(problems, "migrations: "+err.Error())
+	} else if len(pending) > 0 {
+		problems = append(problems, fmt.Sprintf("migrations: %d pending: run graphsync migrate", len(pending)))
+	} else if r.cfg.Wake == relay.WakeStream {
+		var walStatus string
+		err := r.pool.QueryRow(ctx, `SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.Slot).Scan(&walStatus)
+		switch {
+		case err != nil:
+			problems = append(problems, fmt.Sprintf("replication slot %s: %v", r.cfg.Slot, err))
+		case walStatus == "lost":
+			problems = append(problems, fmt.Sprintf("replication slot %s lost its WAL: drop it (graphsync stream drop) and restart", r.cfg.Slot))
+		}
+	}
+	if err := r.driver.VerifyConnectivity(ctx); err != nil {
+		problems = append(problems, "neo4j: "+err.Error())
+	}
+	return problems
+}
