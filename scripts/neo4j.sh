@@ -95,9 +95,29 @@ launcher_pid() {
   pid="$(tr -dc '0-9' <"$PID_FILE")"
   [ -n "$pid" ] || return 1
   # A recycled pid that is not our launcher does not count.
-  kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'graphsync.e2e.Neo4jLauncher' \
+  # (grep reads the file itself: `tr | grep -q` fails under pipefail when
+  # grep exits early and tr gets SIGPIPE.)
+  kill -0 "$pid" 2>/dev/null && grep -qa 'graphsync.e2e.Neo4jLauncher' "/proc/$pid/cmdline" 2>/dev/null \
     || return 1
   echo "$pid"
+}
+
+# adopt_orphan: a launcher for this repo's .local/neo4j that runs without
+# (or with a wrong) pid file, e.g. after the file was deleted, is ours: record
+# its pid instead of starting a second DBMS on the same store.
+adopt_orphan() {
+  local cmdline pid
+  for cmdline in /proc/[0-9]*/cmdline; do
+    if grep -qa 'graphsync.e2e.Neo4jLauncher' "$cmdline" 2>/dev/null \
+        && grep -qaF -- "$NEO4J_LOCAL" "$cmdline" 2>/dev/null; then
+      pid="${cmdline#/proc/}"
+      pid="${pid%/cmdline}"
+      echo "$pid" >"$PID_FILE"
+      log "found Neo4j launcher pid $pid without a pid file; adopting it"
+      return 0
+    fi
+  done
+  return 1
 }
 
 current_port() { tr -dc '0-9' <"$NEO4J_LOCAL/port"; }
@@ -110,7 +130,7 @@ wait_bolt() {
 
 start() {
   build_ready_checker
-  if launcher_pid >/dev/null; then
+  if launcher_pid >/dev/null || adopt_orphan; then
     wait_bolt "$NEO4J_START_SECONDS" \
       || die "Neo4j (pid $(launcher_pid)) runs but Bolt $(bolt_uri) does not answer (log: $LAUNCHER_LOG, $NEO4J_LOCAL/logs/debug.log)"
     log "Neo4j already running: $(bolt_uri)"
@@ -166,7 +186,7 @@ start() {
 
 stop() {
   local pid
-  if ! pid="$(launcher_pid)"; then
+  if ! pid="$(launcher_pid)" && ! { adopt_orphan && pid="$(launcher_pid)"; }; then
     rm -f "$PID_FILE" "$READY_FILE"
     log "Neo4j not running"
     return 0
@@ -191,7 +211,7 @@ case "${1:-}" in
   restart) stop; start ;;
   build) build ;;
   status)
-    if pid="$(launcher_pid)"; then
+    if pid="$(launcher_pid)" || { adopt_orphan && pid="$(launcher_pid)"; }; then
       echo "Neo4j running: $(bolt_uri) (pid $pid)"
     else
       echo "Neo4j not running"
