@@ -1,0 +1,1 @@
+INSERT INTO categories (tenant_id, name) VALUES ($1, $2) RETURNING id
