@@ -1,0 +1,256 @@
+package relay
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// The offset reader never skips a row whose transaction committed after a
+// higher id was already visible, where "id > last offset" does.
+func TestOffsetReaderDoesNotSkipLateCommits(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	ctx := context.Background()
+	reader := NewOffsetReader(h.pool, "test-consumer", "")
+
+	late, err := h.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Rollback(ctx) //nolint:errcheck
+	lowID, err := insert(ctx, late, event{1, "Order", 1, "OrderPlaced", `{}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	highID := h.insertCommitted(event{1, "Order", 2, "OrderPlaced", `{}`})
+
+	pos, err := reader.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []int64
+	read := func() {
+		t.Helper()
+		batch, next, err := reader.Read(ctx, pos, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range batch {
+			seen = append(seen, m.ID)
+		}
+		if err := reader.Store(ctx, h.pool, next); err != nil {
+			t.Fatal(err)
+		}
+		if pos, err = reader.Load(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// While the low id's transaction runs, the high id is beyond the horizon:
+	// an id-offset reader would read it now and skip the low one later.
+	read()
+	if len(seen) != 0 {
+		t.Fatalf("read %v while an older transaction was still open", seen)
+	}
+	if err := late.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "both rows read", func() bool {
+		read()
+		return len(seen) == 2
+	})
+	if !(contains(seen, lowID) && contains(seen, highID)) {
+		t.Fatalf("read %v, want %d and %d", seen, lowID, highID)
+	}
+	read()
+	if len(seen) != 2 {
+		t.Fatalf("rows read twice: %v", seen)
+	}
+}
+
+func TestOffsetReaderProcessedOnlyStopsAtPending(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	ctx := context.Background()
+	first := h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`})
+	second := h.insertCommitted(event{1, "Order", 2, "OrderPlaced", `{}`})
+	if _, err := h.pool.Exec(ctx, `UPDATE outbox_messages SET processed_at = now() WHERE id = $1`, second); err != nil {
+		t.Fatal(err)
+	}
+	reader := NewOffsetReader(h.pool, "processed-consumer", "p0")
+	reader.ProcessedOnly = true
+	eventually(t, 5*time.Second, "horizon past both rows", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE created_xid < pg_snapshot_xmin(pg_current_snapshot())`) == 2
+	})
+	batch, _, err := reader.Read(ctx, Position{XID: "0"}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(batch) != 0 {
+		t.Fatalf("read %d rows past the pending row %d", len(batch), first)
+	}
+	if _, err := h.pool.Exec(ctx, `UPDATE outbox_messages SET processed_at = now() WHERE id = $1`, first); err != nil {
+		t.Fatal(err)
+	}
+	batch, _, err = reader.Read(ctx, Position{XID: "0"}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(batch) != 2 {
+		t.Fatalf("read %d rows, want 2", len(batch))
+	}
+}
+
+func contains(ids []int64, id int64) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Retention archives old processed rows in batches (idempotently), keeps
+// pending and recent rows, creates coming partitions and drops old ones.
+func TestRetention(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	ctx := context.Background()
+	old := h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`})
+	recent := h.insertCommitted(event{1, "Order", 2, "OrderPlaced", `{}`})
+	pending := h.insertCommitted(event{1, "Order", 3, "OrderPlaced", `{}`})
+	if _, err := h.pool.Exec(ctx, `UPDATE outbox_messages SET processed_at = now() - interval '8 days',
+		occurred_at = now() - interval '8 days' WHERE id = $1`, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.pool.Exec(ctx, `UPDATE outbox_messages SET processed_at = now() WHERE id = $1`, recent); err != nil {
+		t.Fatal(err)
+	}
+	// An archive partition from long ago, past retention.
+	if _, err := h.pool.Exec(ctx, `CREATE TABLE outbox_messages_archive_202001 PARTITION OF outbox_messages_archive
+		FOR VALUES FROM ('2020-01-01') TO ('2020-02-01')`); err != nil {
+		t.Fatal(err)
+	}
+	report, err := Retain(ctx, h.pool, RetentionConfig{ArchiveBatch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report.Archived != 1 {
+		t.Errorf("archived %d rows, want 1", report.Archived)
+	}
+	if h.count(`SELECT count(*) FROM outbox_messages_archive WHERE id = $1`, old) != 1 ||
+		h.count(`SELECT count(*) FROM outbox_messages WHERE id = ANY($1)`, []int64{recent, pending}) != 2 {
+		t.Error("the archive moved the wrong rows")
+	}
+	if h.count(`SELECT count(*) FROM outbox_messages_archive_default`) != 0 {
+		t.Error("archived row landed in the default partition: its month had no partition")
+	}
+	if len(report.PartitionsCreated) < 4 {
+		t.Errorf("partitions created %v, want this month and 3 ahead at least", report.PartitionsCreated)
+	}
+	if len(report.PartitionsDropped) != 1 || report.PartitionsDropped[0] != "outbox_messages_archive_202001" {
+		t.Errorf("partitions dropped %v, want the 2020-01 one", report.PartitionsDropped)
+	}
+	again, err := Retain(ctx, h.pool, RetentionConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Archived != 0 || len(again.PartitionsCreated) != 0 || len(again.PartitionsDropped) != 0 {
+		t.Errorf("second run was not a no-op: %+v", again)
+	}
+}
+
+// DLQ administration: list, retry (back to pending with its id), discard.
+func TestDLQAdmin(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	ctx := context.Background()
+	a := h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{"bad": true}`})
+	b := h.insertCommitted(event{2, "Order", 2, "OrderPlaced", `{"bad": true}`})
+	tx, err := h.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outboxMoveToDLQ(ctx, tx, []int64{a, b}, []string{"bad a", "bad b"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	letters, err := DLQList(ctx, h.pool, 2, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(letters) != 1 || letters[0].ID != b || letters[0].LastError != "bad b" {
+		t.Fatalf("tenant 2's dead letters: %+v", letters)
+	}
+	retried, err := DLQRetry(ctx, h.pool, []int64{a})
+	if err != nil || len(retried) != 1 {
+		t.Fatalf("retry: %v %v", retried, err)
+	}
+	if h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND processed_at IS NULL AND attempts = 0`, a) != 1 {
+		t.Error("retried row is not pending with a fresh attempt count")
+	}
+	discarded, err := DLQDiscard(ctx, h.pool, []int64{b, 999999})
+	if err != nil || len(discarded) != 1 {
+		t.Fatalf("discard: %v %v", discarded, err)
+	}
+	if h.count(`SELECT count(*) FROM outbox_messages_dlq`) != 0 {
+		t.Error("DLQ not empty")
+	}
+	// A retried row is delivered again.
+	sink := newRecordingSink()
+	h.start(sink, h.config("relay-dlq"))
+	eventually(t, 10*time.Second, "retried row delivered", func() bool { return sink.appliedIDs()[a] > 0 })
+}
+
+func TestMetricsReadFromPostgres(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`})
+	if _, err := h.pool.Exec(context.Background(), `UPDATE outbox_messages SET occurred_at = now() - interval '1 hour',
+		last_error = 'boom'`); err != nil {
+		t.Fatal(err)
+	}
+	m := NewMetrics()
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(m.Collectors(h.pool)...)
+	expected := `
+# HELP outbox_blocked_aggregates Aggregates whose pending events wait behind a failing event.
+# TYPE outbox_blocked_aggregates gauge
+outbox_blocked_aggregates 1
+# HELP outbox_dlq_depth Rows in outbox_messages_dlq.
+# TYPE outbox_dlq_depth gauge
+outbox_dlq_depth 0
+`
+	if err := testutil.GatherAndCompare(registry, strings.NewReader(expected), "outbox_blocked_aggregates", "outbox_dlq_depth"); err != nil {
+		t.Error(err)
+	}
+	stats, err := ReadStats(context.Background(), h.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.LagSeconds < 3500 {
+		t.Errorf("lag %.0fs, want about an hour", stats.LagSeconds)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	cases := map[string]Config{
+		"unknown wake":  {Wake: "carrier-pigeon"},
+		"slot with SQL": {Slot: "x; DROP TABLE outbox_messages"},
+		"tiny lease":    {Lease: time.Millisecond},
+		"backoff order": {SinkBackoff: time.Minute, SinkBackoffMax: time.Second},
+		"negative":      {BatchSize: -1},
+	}
+	for name, cfg := range cases {
+		if err := cfg.withDefaults().validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if err := (Config{}).withDefaults().validate(); err != nil {
+		t.Errorf("defaults rejected: %v", err)
+	}
+	if _, err := ParseWakeMode("STREAM"); err != nil {
+		t.Error(err)
+	}
+}
