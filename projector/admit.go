@@ -1,0 +1,185 @@
+package projector
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"graphsync/graphmodel"
+)
+
+// Sentinel errors in the rejected map of Deliver (wrapped with detail).
+var (
+	// ErrInvalidEvent: the event does not decode, is unknown or fails
+	// validation (see events.ErrUnknownEvent, events.ErrInvalidPayload).
+	ErrInvalidEvent = errors.New("invalid event")
+	// ErrCrossTenant: the event names an id the graph holds under another tenant.
+	ErrCrossTenant = errors.New("id belongs to another tenant")
+	// ErrNotProjected: the event needs a node that is not in the graph yet;
+	// it succeeds on a later retry once that node's event was applied.
+	ErrNotProjected = errors.New("referenced node not in the graph")
+	// ErrRefusedByNeo4j: Neo4j refused the event's own writes; other events
+	// of the batch were applied without it.
+	ErrRefusedByNeo4j = errors.New("refused by neo4j")
+)
+
+// rejection is an event's error: text naming the event and the problem,
+// errors.Is matching a sentinel (and the cause, when there is one).
+type rejection struct {
+	kind  error
+	msg   string
+	cause error
+}
+
+func (r *rejection) Error() string { return r.msg }
+func (r *rejection) Unwrap() []error {
+	if r.cause == nil {
+		return []error{r.kind}
+	}
+	return []error{r.kind, r.cause}
+}
+
+func reject(it *item, kind error, format string, args ...any) error {
+	return &rejection{kind: kind, msg: it.name + ": " + fmt.Sprintf(format, args...)}
+}
+
+// labelID is a node's label and business id, whatever its tenant.
+type labelID struct {
+	label string
+	id    int64
+}
+
+// owners records which tenants the graph holds each looked-up id under.
+type owners map[labelID][]int64
+
+func (o owners) heldBy(label string, id, tenantID int64) bool {
+	for _, t := range o[labelID{label, id}] {
+		if t == tenantID {
+			return true
+		}
+	}
+	return false
+}
+
+// admission decides, in batch order, which items may be applied, given who
+// owns the ids they name in the graph and what earlier items of the batch
+// create, claim or delete. It is pure.
+type admission struct {
+	graph      owners
+	tombstones map[string]string // label -> tombstone label
+	claimed    map[labelID]int64 // ids claimed by an admitted item, by tenant
+	exists     map[nodeID]bool   // nodes created (true) or deleted (false) by admitted items
+}
+
+func newAdmission(model graphmodel.Model, graph owners) *admission {
+	a := &admission{graph: graph, tombstones: map[string]string{}, claimed: map[labelID]int64{}, exists: map[nodeID]bool{}}
+	for _, l := range model.Labels {
+		if l.Tombstone != "" {
+			a.tombstones[l.Name] = l.Tombstone
+		}
+	}
+	return a
+}
+
+// admit returns the items to apply, in order, and the rejected ones' errors.
+func (a *admission) admit(items []*item) (accepted []*item, rejected map[int64]error) {
+	rejected = map[int64]error{}
+	for _, it := range items {
+		if err := a.check(it); err != nil {
+			rejected[it.msg.ID] = err
+			continue
+		}
+		accepted = append(accepted, it)
+		tenantID := it.msg.TenantID
+		for _, r := range it.refs {
+			a.claimed[labelID{r.label, r.id}] = tenantID
+		}
+		for _, n := range it.creates {
+			// A tombstoned node stays deleted: its upsert is a no-op.
+			if !a.graph.heldBy(a.tombstones[n.label], n.id, n.tenantID) {
+				a.exists[n] = true
+			}
+		}
+		for _, n := range it.deletes {
+			a.exists[n] = false
+		}
+	}
+	return accepted, rejected
+}
+
+func (a *admission) check(it *item) error {
+	tenantID := it.msg.TenantID
+	for _, r := range it.refs {
+		key := labelID{r.label, r.id}
+		holders := append([]int64(nil), a.graph[key]...)
+		if tombstone := a.tombstones[r.label]; tombstone != "" {
+			holders = append(holders, a.graph[labelID{tombstone, r.id}]...)
+		}
+		if claimant, ok := a.claimed[key]; ok {
+			holders = append(holders, claimant)
+		}
+		for _, holder := range holders {
+			if holder != tenantID {
+				return reject(it, ErrCrossTenant, "%s: %s %d belongs to another tenant; cross-tenant references are refused",
+					r.field, strings.ToLower(r.label), r.id)
+			}
+		}
+		if !r.mustExist {
+			continue
+		}
+		n := nodeID{r.label, tenantID, r.id}
+		if created, decided := a.exists[n]; decided {
+			if !created {
+				return reject(it, ErrNotProjected, "%s: %s %d was deleted earlier in this batch", r.field, strings.ToLower(r.label), r.id)
+			}
+			continue
+		}
+		if a.graph.heldBy(r.label, r.id, tenantID) {
+			continue
+		}
+		if a.graph.heldBy(a.tombstones[r.label], r.id, tenantID) {
+			return reject(it, ErrNotProjected, "%s: %s %d was deleted", r.field, strings.ToLower(r.label), r.id)
+		}
+		return reject(it, ErrNotProjected, "%s: %s %d is not in the graph yet (its events are not projected yet); retry later",
+			r.field, strings.ToLower(r.label), r.id)
+	}
+	return nil
+}
+
+// lookupIDs lists, per label to query, the ids items name: each label's
+// tombstone label is asked for the same ids.
+func lookupIDs(model graphmodel.Model, items []*item) map[string][]int64 {
+	tombstones := map[string]string{}
+	for _, l := range model.Labels {
+		tombstones[l.Name] = l.Tombstone
+	}
+	seen := map[labelID]bool{}
+	ids := map[string][]int64{}
+	add := func(label string, id int64) {
+		if seen[labelID{label, id}] {
+			return
+		}
+		seen[labelID{label, id}] = true
+		ids[label] = append(ids[label], id)
+	}
+	for _, it := range items {
+		for _, r := range it.refs {
+			add(r.label, r.id)
+			if tombstone := tombstones[r.label]; tombstone != "" {
+				add(tombstone, r.id)
+			}
+		}
+	}
+	return ids
+}
+
+// mutations concatenates the items' mutations in batch order.
+func mutations(items []*item) graphmodel.Mutations {
+	var mut graphmodel.Mutations
+	for _, it := range items {
+		mut.Nodes = append(mut.Nodes, it.mut.Nodes...)
+		mut.Deletes = append(mut.Deletes, it.mut.Deletes...)
+		mut.Rels = append(mut.Rels, it.mut.Rels...)
+	}
+	return mut
+}

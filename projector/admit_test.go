@@ -1,0 +1,158 @@
+package projector
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"graphsync/events"
+	"graphsync/graphmodel"
+)
+
+func TestAdmission(t *testing.T) {
+	const tenantA, tenantB = 5, 6
+	a := &ids{tenant: tenantA}
+	b := &ids{tenant: tenantB, outboxID: 100}
+	p := newTestProjector(t)
+	prep := func(ids *ids, ev events.Event) *item {
+		it, err := p.prepare(ids.message(t, ev))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return it
+	}
+	line := func(productID int64) events.OrderLine {
+		return events.OrderLine{LineNo: 1, ProductID: productID, Quantity: 1, UnitPriceCents: 100}
+	}
+	created := func(id int64) events.Event {
+		return events.ProductCreated{ProductState: product(id, 1, "P", 0, "", 100, "active")}
+	}
+	tests := []struct {
+		name  string
+		graph owners
+		items func() []*item
+		// want is, per item, "" when admitted, else a fragment of its error.
+		want []string
+		kind []error
+	}{
+		{
+			name:  "product in the graph",
+			graph: owners{{"Product", 7}: {tenantA}},
+			items: func() []*item { return []*item{prep(a, orderPlaced(9, 11, line(7)))} },
+			want:  []string{""},
+		},
+		{
+			name:  "product not projected yet",
+			items: func() []*item { return []*item{prep(a, orderPlaced(9, 11, line(7)))} },
+			want:  []string{"OrderPlaced v1 (outbox id 1): lines[0].product_id: product 7 is not in the graph yet"},
+			kind:  []error{ErrNotProjected},
+		},
+		{
+			name:  "product created earlier in the batch",
+			items: func() []*item { return []*item{prep(a, created(7)), prep(a, orderPlaced(9, 11, line(7)))} },
+			want:  []string{"", ""},
+		},
+		{
+			name:  "product created later in the batch",
+			items: func() []*item { return []*item{prep(a, orderPlaced(9, 11, line(7))), prep(a, created(7))} },
+			want:  []string{"is not in the graph yet", ""},
+		},
+		{
+			name:  "product deleted earlier in the batch",
+			graph: owners{{"Product", 7}: {tenantA}},
+			items: func() []*item {
+				return []*item{prep(a, events.ProductDeleted{ID: 7, Version: 2}), prep(a, orderPlaced(9, 11, line(7)))}
+			},
+			want: []string{"", "product 7 was deleted earlier in this batch"},
+		},
+		{
+			name:  "tombstoned product recreated in the batch stays deleted",
+			graph: owners{{"DeletedProduct", 7}: {tenantA}},
+			items: func() []*item { return []*item{prep(a, created(7)), prep(a, orderPlaced(9, 11, line(7)))} },
+			want:  []string{"", "product 7 was deleted"},
+		},
+		{
+			name:  "line names another tenant's product",
+			graph: owners{{"Product", 7}: {tenantB}},
+			items: func() []*item { return []*item{prep(a, orderPlaced(9, 11, line(7)))} },
+			want:  []string{"lines[0].product_id: product 7 belongs to another tenant"},
+			kind:  []error{ErrCrossTenant},
+		},
+		{
+			name:  "customer of another tenant",
+			graph: owners{{"Product", 7}: {tenantA}, {"Customer", 11}: {tenantB}},
+			items: func() []*item { return []*item{prep(a, orderPlaced(9, 11, line(7)))} },
+			want:  []string{"customer.id: customer 11 belongs to another tenant"},
+			kind:  []error{ErrCrossTenant},
+		},
+		{
+			name:  "category of another tenant",
+			graph: owners{{"Category", 3}: {tenantB}},
+			items: func() []*item {
+				return []*item{prep(a, events.ProductCreated{ProductState: product(7, 1, "P", 3, "C", 100, "active")})}
+			},
+			want: []string{"category.id: category 3 belongs to another tenant"},
+			kind: []error{ErrCrossTenant},
+		},
+		{
+			name:  "update of another tenant's deleted product",
+			graph: owners{{"DeletedProduct", 7}: {tenantB}},
+			items: func() []*item { return []*item{prep(a, created(7))} },
+			want:  []string{"aggregate_id: product 7 belongs to another tenant"},
+		},
+		{
+			name:  "order id of another tenant",
+			graph: owners{{"Order", 9}: {tenantB}},
+			items: func() []*item {
+				return []*item{prep(a, events.OrderConfirmed{OrderState: orderState(9, 2, events.OrderStatusConfirmed, at(1), nil, nil)})}
+			},
+			want: []string{"aggregate_id: order 9 belongs to another tenant"},
+		},
+		{
+			name: "two tenants claim one id in the same batch",
+			items: func() []*item {
+				return []*item{prep(a, created(7)), prep(b, created(7)), prep(b, orderPlaced(9, 11, line(7)))}
+			},
+			want: []string{"", "product 7 belongs to another tenant", "product 7 belongs to another tenant"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a.outboxID, b.outboxID = 0, 100
+			items := tc.items()
+			graph := tc.graph
+			if graph == nil {
+				graph = owners{}
+			}
+			accepted, rejected := newAdmission(graphmodel.Default, graph).admit(items)
+			if len(accepted)+len(rejected) != len(items) {
+				t.Fatalf("%d accepted + %d rejected != %d items", len(accepted), len(rejected), len(items))
+			}
+			for i, it := range items {
+				err := rejected[it.msg.ID]
+				switch {
+				case tc.want[i] == "" && err != nil:
+					t.Errorf("item %d rejected: %v", i, err)
+				case tc.want[i] != "" && (err == nil || !strings.Contains(err.Error(), tc.want[i])):
+					t.Errorf("item %d: error %v, want one containing %q", i, err, tc.want[i])
+				case i < len(tc.kind) && tc.kind[i] != nil && !errors.Is(err, tc.kind[i]):
+					t.Errorf("item %d: error %v is not %v", i, err, tc.kind[i])
+				}
+			}
+		})
+	}
+}
+
+func TestLookupIDsAsksTombstones(t *testing.T) {
+	a := &ids{tenant: 5}
+	it, err := newTestProjector(t).prepare(a.message(t, orderPlaced(9, 11, events.OrderLine{LineNo: 1, ProductID: 7, Quantity: 1})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lookupIDs(graphmodel.Default, []*item{it})
+	for label, want := range map[string]int64{"Order": 9, "Customer": 11, "Product": 7, "DeletedProduct": 7} {
+		if len(got[label]) != 1 || got[label][0] != want {
+			t.Errorf("ids[%s] = %v, want [%d]", label, got[label], want)
+		}
+	}
+}

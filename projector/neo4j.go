@@ -1,0 +1,159 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+
+	"graphsync/cypher"
+	"graphsync/graphmodel"
+)
+
+// This file is the only one that talks to Neo4j.
+
+// dataError is a failure caused by the batch's own data rather than by
+// Neo4j's availability: bisecting the batch isolates the event behind it.
+type dataError struct{ err error }
+
+func (e *dataError) Error() string { return e.err.Error() }
+func (e *dataError) Unwrap() error { return e.err }
+
+// isDataError tells Neo4j's verdicts on a statement's data (a constraint,
+// a value it cannot store) from unavailability, which the relay retries.
+func isDataError(err error) bool {
+	var neoErr *neo4j.Neo4jError
+	if !errors.As(err, &neoErr) || neoErr.IsRetriable() {
+		return false
+	}
+	return strings.HasPrefix(neoErr.Code, "Neo.ClientError.Statement.") ||
+		strings.HasPrefix(neoErr.Code, "Neo.ClientError.Schema.")
+}
+
+// apply runs one write transaction: look up who owns the ids the items name,
+// admit or reject each item, write the admitted ones. ExecuteWrite retries
+// the whole function on transient errors, so admission is redone each time.
+func (p *Projector) apply(ctx context.Context, items []*item) (map[int64]error, error) {
+	model := p.builder.Model()
+	ids := lookupIDs(model, items)
+	params := map[string]any{}
+	for _, label := range cypher.Labels(model) {
+		list := make([]any, len(ids[label]))
+		for i, id := range ids[label] {
+			list[i] = id
+		}
+		params[cypher.OwnersParam(label)] = list
+	}
+	ownersQuery := p.builder.OwnersQuery()
+
+	session := p.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite, DatabaseName: p.cfg.Database})
+	defer session.Close(ctx)
+	var rejected map[int64]error
+	_, err := session.ExecuteWrite(ctx, func(tx neo4j.ManagedTransaction) (any, error) {
+		graph, err := readOwners(ctx, tx, ownersQuery, params)
+		if err != nil {
+			return nil, err
+		}
+		accepted, refused := newAdmission(model, graph).admit(items)
+		stmts, err := p.builder.Statements(mutations(accepted))
+		if err != nil {
+			return nil, &dataError{fmt.Errorf("build statements: %w", err)}
+		}
+		for _, stmt := range stmts {
+			if err := runStatement(ctx, tx, stmt); err != nil {
+				return nil, err
+			}
+		}
+		rejected = refused
+		return nil, nil
+	})
+	if err != nil {
+		if isDataError(err) {
+			return nil, &dataError{err}
+		}
+		return nil, err
+	}
+	return rejected, nil
+}
+
+func readOwners(ctx context.Context, tx neo4j.ManagedTransaction, query string, params map[string]any) (owners, error) {
+	result, err := tx.Run(ctx, query, params)
+	if err != nil {
+		return nil, fmt.Errorf("look up id owners: %w", err)
+	}
+	graph := owners{}
+	for result.Next(ctx) {
+		record := result.Record()
+		label, _, err1 := neo4j.GetRecordValue[string](record, "label")
+		id, _, err2 := neo4j.GetRecordValue[int64](record, "id")
+		tenantID, _, err3 := neo4j.GetRecordValue[int64](record, "tenant_id")
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return nil, fmt.Errorf("look up id owners: %w", err)
+		}
+		key := labelID{label, id}
+		graph[key] = append(graph[key], tenantID)
+	}
+	if err := result.Err(); err != nil {
+		return nil, fmt.Errorf("look up id owners: %w", err)
+	}
+	return graph, nil
+}
+
+func runStatement(ctx context.Context, tx neo4j.ManagedTransaction, stmt cypher.Statement) error {
+	result, err := tx.Run(ctx, stmt.Text, stmt.Params)
+	if err != nil {
+		return err
+	}
+	if stmt.Expect < 0 {
+		_, err = result.Consume(ctx)
+		return err
+	}
+	record, err := result.Single(ctx)
+	if err != nil {
+		return err
+	}
+	applied, _, err := neo4j.GetRecordValue[int64](record, "applied")
+	if err != nil {
+		return err
+	}
+	if applied != int64(stmt.Expect) {
+		// A node admission saw was gone when the relationship was written.
+		return &dataError{fmt.Errorf("merged %d of %d relationships: an endpoint node is missing", applied, stmt.Expect)}
+	}
+	return nil
+}
+
+// EnsureSchema creates graphmodel.Default's constraints and indexes in the
+// default database if they are missing, then waits until they are online.
+// It is what `graphsync migrate` runs; running it again changes nothing.
+func EnsureSchema(ctx context.Context, driver neo4j.DriverWithContext) error {
+	return EnsureModelSchema(ctx, driver, graphmodel.Default, "")
+}
+
+// EnsureModelSchema is EnsureSchema for any model and database.
+func EnsureModelSchema(ctx context.Context, driver neo4j.DriverWithContext, model graphmodel.Model, database string) error {
+	if err := model.Validate(); err != nil {
+		return fmt.Errorf("ensure schema: %w", err)
+	}
+	opts := []neo4j.ExecuteQueryConfigurationOption{neo4j.ExecuteQueryWithDatabase(database)}
+	for _, stmt := range cypher.SchemaStatements(model) {
+		_, err := neo4j.ExecuteQuery(ctx, driver, stmt, nil, neo4j.EagerResultTransformer, opts...)
+		if err != nil && !alreadyExists(err) {
+			return fmt.Errorf("ensure schema: %s: %w", stmt, err)
+		}
+	}
+	if _, err := neo4j.ExecuteQuery(ctx, driver, "CALL db.awaitIndexes(300)", nil, neo4j.EagerResultTransformer, opts...); err != nil {
+		return fmt.Errorf("ensure schema: wait for indexes: %w", err)
+	}
+	return nil
+}
+
+// alreadyExists: two processes ran the same IF NOT EXISTS statement at once
+// and the other one won; the schema is as wanted.
+func alreadyExists(err error) bool {
+	var neoErr *neo4j.Neo4jError
+	return errors.As(err, &neoErr) && (strings.HasSuffix(neoErr.Code, "EquivalentSchemaRuleAlreadyExists") ||
+		strings.HasSuffix(neoErr.Code, "ConstraintAlreadyExists") || strings.HasSuffix(neoErr.Code, "IndexAlreadyExists"))
+}

@@ -1,0 +1,185 @@
+package projector
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"graphsync/cypher"
+	"graphsync/events"
+	"graphsync/graphmodel"
+)
+
+func newTestProjector(t testing.TB) *Projector {
+	t.Helper()
+	p, err := New(nil, Config{}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestTranslateProduct(t *testing.T) {
+	ids := &ids{tenant: 5}
+	p := newTestProjector(t)
+	it, err := p.prepare(ids.message(t, events.ProductCreated{ProductState: product(7, 1, "Mug", 3, "Kitchen", 1999, "active")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := graphmodel.Mutations{
+		Nodes: []graphmodel.NodeUpsert{
+			{Label: "Tenant", TenantID: 5, ID: 5},
+			{Label: "Product", TenantID: 5, ID: 7, Guard: graphmodel.Guard{Version: 1, OutboxID: 1}, Props: map[string]any{
+				"sku": "SKU-Mug", "name": "Mug", "description": "About Mug", "price_cents": int64(1999), "currency": "EUR", "status": "active"}},
+			{Label: "Category", TenantID: 5, ID: 3, Guard: graphmodel.Guard{OutboxID: 1}, Props: map[string]any{"name": "Kitchen"}},
+		},
+		Rels: []graphmodel.RelUpsert{{Type: "IN_CATEGORY", TenantID: 5, FromID: 7, ToID: 3, OutboxID: 1}},
+	}
+	if got, want := fmt.Sprintf("%+v", it.mut), fmt.Sprintf("%+v", want); got != want {
+		t.Fatalf("mutations:\n got %s\nwant %s", got, want)
+	}
+	wantRefs := []ref{{label: "Product", id: 7, field: "aggregate_id"}, {label: "Category", id: 3, field: "category.id"}}
+	if fmt.Sprint(it.refs) != fmt.Sprint(wantRefs) {
+		t.Fatalf("refs = %v, want %v", it.refs, wantRefs)
+	}
+
+	// Without a category the product's IN_CATEGORY edge is removed (ToID 0).
+	it, err = p.prepare(ids.message(t, events.ProductUpdated{ProductState: product(7, 2, "Mug", 0, "", 1999, "active")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rels := it.mut.Rels; len(rels) != 1 || rels[0].ToID != 0 || rels[0].Type != graphmodel.RelInCategory {
+		t.Fatalf("rels = %+v, want one IN_CATEGORY removal", rels)
+	}
+}
+
+func TestTranslateOrderPlaced(t *testing.T) {
+	ids := &ids{tenant: 5}
+	ev := orderPlaced(9, 11,
+		events.OrderLine{LineNo: 1, ProductID: 7, Quantity: 2, UnitPriceCents: 1999},
+		events.OrderLine{LineNo: 2, ProductID: 8, Quantity: 1, UnitPriceCents: 999})
+	it, err := newTestProjector(t).prepare(ids.message(t, ev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range it.mut.Nodes {
+		got = append(got, fmt.Sprintf("%s %d %v", n.Label, n.ID, n.Guard))
+	}
+	for _, r := range it.mut.Rels {
+		got = append(got, fmt.Sprintf("%s %d->%d %v", r.Type, r.FromID, r.ToID, r.Props))
+	}
+	want := []string{
+		"Tenant 5 {0 0}", "Order 9 {1 1}", "Customer 11 {0 1}",
+		"PLACED 11->9 map[]",
+		"CONTAINS 9->7 map[line_no:1 quantity:2 unit_price_cents:1999]",
+		"CONTAINS 9->8 map[line_no:2 quantity:1 unit_price_cents:999]",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("mutations:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if placed := it.mut.Nodes[1].Props["placed_at"]; placed != placedAt {
+		t.Fatalf("placed_at = %v", placed)
+	}
+	mustExist := 0
+	for _, r := range it.refs {
+		if r.mustExist {
+			mustExist++
+			if r.label != graphmodel.LabelProduct {
+				t.Fatalf("only products must pre-exist, got %+v", r)
+			}
+		}
+	}
+	if mustExist != 2 {
+		t.Fatalf("%d refs must exist, want 2 (the lines' products)", mustExist)
+	}
+}
+
+// Every event type translates into mutations the builder accepts: the
+// translation writes only allowlisted keys with the model's types.
+func TestTranslationFitsModel(t *testing.T) {
+	ids := &ids{tenant: 5}
+	p := newTestProjector(t)
+	b, err := cypher.NewBuilder(graphmodel.Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range everyEvent(7, 9, 11, 3) {
+		t.Run(ev.EventType(), func(t *testing.T) {
+			it, err := p.prepare(ids.message(t, ev))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Statements(it.mut); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// everyEvent is one event of each catalog type, in an order that applies.
+func everyEvent(productID, orderID, customerID, categoryID int64) []events.Event {
+	line := events.OrderLine{LineNo: 1, ProductID: productID, Quantity: 2, UnitPriceCents: 1999}
+	return []events.Event{
+		events.ProductCreated{ProductState: product(productID, 1, "Mug", categoryID, "Kitchen", 1999, "active")},
+		events.ProductUpdated{ProductState: product(productID, 2, "Big mug", categoryID, "Kitchen", 1999, "active")},
+		events.ProductPriceChanged{ProductState: product(productID, 3, "Big mug", categoryID, "Kitchen", 2499, "active"), OldPriceCents: ptr(int64(1999))},
+		orderPlaced(orderID, customerID, line),
+		events.OrderConfirmed{OrderState: orderState(orderID, 2, events.OrderStatusConfirmed, at(1), nil, nil)},
+		events.OrderShipped{OrderState: orderState(orderID, 3, events.OrderStatusShipped, at(1), at(2), nil)},
+		events.OrderCancelled{OrderState: orderState(orderID+1, 2, events.OrderStatusCancelled, nil, nil, at(3))},
+		events.ProductDiscontinued{ProductState: product(productID+1, 2, "Cup", 0, "", 500, "discontinued")},
+		events.ProductDeleted{ID: productID + 2, Version: 3},
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestPrepareRejectsWithNamedProblem(t *testing.T) {
+	ids := &ids{tenant: 5, outboxID: 41}
+	doc := map[string]any{}
+	raw, _ := json.Marshal(orderPlaced(9, 11, events.OrderLine{LineNo: 1, ProductID: 7, Quantity: 1}, events.OrderLine{LineNo: 2, ProductID: 8, Quantity: 1}))
+	_ = json.Unmarshal(raw, &doc)
+	doc["lines"].([]any)[1].(map[string]any)["quantity"] = -3
+	payload, _ := json.Marshal(doc)
+	_, err := newTestProjector(t).prepare(ids.raw("Order", 9, "OrderPlaced", 1, string(payload)))
+	want := "OrderPlaced v1 (outbox id 42): lines[1].quantity must be > 0, got -3"
+	if err == nil || err.Error() != want {
+		t.Fatalf("error = %v, want %q", err, want)
+	}
+	if !errors.Is(err, ErrInvalidEvent) || !errors.Is(err, events.ErrInvalidPayload) {
+		t.Fatalf("error %v does not match ErrInvalidEvent and events.ErrInvalidPayload", err)
+	}
+
+	ids.tenant = 0
+	if _, err := newTestProjector(t).prepare(ids.raw("Order", 9, "OrderPlaced", 1, string(payload))); err == nil || !strings.Contains(err.Error(), "tenant_id must be > 0") {
+		t.Fatalf("error = %v, want a tenant_id error", err)
+	}
+}
+
+func TestPersonalDataNeverReachesMutations(t *testing.T) {
+	ids := &ids{tenant: 5}
+	doc := map[string]any{}
+	raw, _ := json.Marshal(orderPlaced(9, 11, events.OrderLine{LineNo: 1, ProductID: 7, Quantity: 1}))
+	_ = json.Unmarshal(raw, &doc)
+	personal := []string{"jane@example.com", "Jane Doe", "+49 30 1234567", "1 Main St", "4111111111111111"}
+	customer := doc["customer"].(map[string]any)
+	customer["email"], customer["full_name"], customer["phone"], customer["address"] = personal[0], personal[1], personal[2], personal[3]
+	doc["shipping_address"] = personal[3]
+	doc["payment"] = map[string]any{"card_number": personal[4]}
+	payload, _ := json.Marshal(doc)
+	it, err := newTestProjector(t).prepare(ids.raw("Order", 9, "OrderPlaced", 1, string(payload)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered := fmt.Sprintf("%+v", it.mut)
+	for _, value := range personal {
+		if strings.Contains(rendered, value) {
+			t.Fatalf("personal data %q reached the mutations: %s", value, rendered)
+		}
+	}
+}
