@@ -1,7 +1,9 @@
 # shellcheck shell=bash
 # Shared helpers for graphsync's service scripts. Sourced, never run.
 
+# shellcheck disable=SC2034 # used by the scripts that source this file
 GRAPHSYNC_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+# shellcheck disable=SC2034
 GRAPHSYNC_LOCAL="$GRAPHSYNC_ROOT/.local"
 # The OS user that owns and runs the PostgreSQL cluster when we are root
 # (PostgreSQL refuses to run as root).
@@ -59,11 +61,11 @@ remembered_port() {
   echo "$port"
 }
 
-# wait_for DESCRIPTION SECONDS COMMAND...: run COMMAND until it succeeds or
-# the deadline passes.
+# wait_for SECONDS COMMAND...: run COMMAND until it succeeds (true) or the
+# deadline passes (false).
 wait_for() {
-  local what="$1" seconds="$2"
-  shift 2
+  local seconds="$1"
+  shift
   local deadline=$(( $(date +%s) + seconds ))
   until "$@" >/dev/null 2>&1; do
     if [ "$(date +%s)" -ge "$deadline" ]; then

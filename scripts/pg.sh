@@ -30,7 +30,7 @@ PG_START_SECONDS="${GRAPHSYNC_PG_START_SECONDS:-90}"
 find_pg_bin() {
   local dir
   # Newest Debian-packaged major first, then whatever is on PATH.
-  for dir in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k4 -V -r); do
+  for dir in $(printf '%s\n' /usr/lib/postgresql/*/bin | sort -t/ -k4 -V -r); do
     if [ -x "$dir/pg_ctl" ] && [ -x "$dir/initdb" ] && [ -x "$dir/postgres" ]; then
       echo "$dir"
       return 0
@@ -58,7 +58,7 @@ install_pg() {
     die "apt-get update failed (see $aptlog): $(tail -n 1 "$aptlog")"
   fi
   if ! DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      -o Dpkg::Options::=--force-confold postgresql postgresql-contrib >>"$aptlog" 2>&1; then
+      -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold postgresql >>"$aptlog" 2>&1; then
     die "apt-get install postgresql failed (see $aptlog): $(tail -n 1 "$aptlog")"
   fi
 }
@@ -177,7 +177,7 @@ ensure_database() {
 wait_ready() {
   local port
   port="$(current_port)"
-  if ! wait_for "PostgreSQL" "$PG_START_SECONDS" "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$port" -d postgres -U graphsync; then
+  if ! wait_for "$PG_START_SECONDS" "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$port" -d postgres -U graphsync; then
     die "PostgreSQL did not accept connections on 127.0.0.1:$port within ${PG_START_SECONDS}s (log: $PG_LOCAL/postgres.log)"
   fi
 }
