@@ -53,6 +53,11 @@ public final class Neo4jLauncher {
                 .setConfig(GraphDatabaseSettings.transaction_logs_root_path, home.resolve("data").resolve("transactions"))
                 .setConfig(GraphDatabaseSettings.pagecache_memory, org.neo4j.io.ByteUnit.parse(pageCache))
                 .setConfig(GraphDatabaseSettings.auth_enabled, false)
+                // Test data is thrown away: keep only the newest transaction
+                // log, and send no usage reports (the build machines have no
+                // network beyond package registries).
+                .setConfig(GraphDatabaseSettings.keep_logical_logs, "false")
+                .setConfig(GraphDatabaseSettings.udc_enabled, false)
                 .setConfig(BoltConnector.enabled, true)
                 .setConfig(BoltConnector.listen_address, new SocketAddress("127.0.0.1", boltPort))
                 .setConfig(BoltConnector.advertised_address, new SocketAddress("127.0.0.1", boltPort))
