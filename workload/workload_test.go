@@ -682,7 +682,7 @@ func BenchmarkRun(b *testing.B) {
 				b.StartTimer()
 				started := time.Now()
 				report, err := workload.Run(context.Background(), pool,
-					workload.Config{Orders: 27_000, ProductsPerTenant: 100, CustomersPerTenant: 200, OrdersPerTx: perTx}, nil)
+					workload.Config{Orders: 35_500, ProductsPerTenant: 100, CustomersPerTenant: 200, OrdersPerTx: perTx}, nil)
 				elapsed += time.Since(started)
 				if err != nil {
 					b.Fatalf("Run: %v", err)
