@@ -42,14 +42,14 @@ func TestMain(m *testing.M) {
 
 // harness is one wake mode against one fresh database.
 type harness struct {
-	t    *testing.T
+	t    testing.TB
 	mode WakeMode
 	url  string
 	pool *pgxpool.Pool
 	slot string
 }
 
-func newHarness(t *testing.T, mode WakeMode) *harness {
+func newHarness(t testing.TB, mode WakeMode) *harness {
 	t.Helper()
 	url, pool := teststack.FreshDatabase(t)
 	var suffix [4]byte

@@ -124,18 +124,24 @@ func (r *Relay) streamPass(ctx context.Context, batches []streamBatch, backoff *
 	for _, b := range batches {
 		ids = append(ids, b.ids...)
 	}
-	for ctx.Err() == nil {
-		result := r.pass(ctx, func(ctx context.Context) (claimed, error) { return r.store.OutboxClaimByID(ctx, ids) })
-		if result.err == nil {
-			backoff.reset()
-			for _, b := range batches {
-				b.done()
-			}
-			return
+	// A large transaction is delivered in BatchSize chunks, in commit order.
+	for len(ids) > 0 && ctx.Err() == nil {
+		chunk := ids[:min(len(ids), r.cfg.BatchSize)]
+		result := r.pass(ctx, func(ctx context.Context) (claimed, error) { return r.store.OutboxClaimByID(ctx, chunk) })
+		if result.err != nil {
+			wait := backoff.next()
+			r.log.Warn("relay stream pass failed; backing off", zap.Error(result.err), zap.Duration("backoff", wait))
+			sleepCtx(ctx, wait)
+			continue
 		}
-		wait := backoff.next()
-		r.log.Warn("relay stream pass failed; backing off", zap.Error(result.err), zap.Duration("backoff", wait))
-		sleepCtx(ctx, wait)
+		backoff.reset()
+		ids = ids[len(chunk):]
+	}
+	if ctx.Err() != nil {
+		return // not confirmed: the slot will replay them, the rows are in the outbox anyway
+	}
+	for _, b := range batches {
+		b.done()
 	}
 }
 

@@ -28,7 +28,11 @@ WITH claimable AS (
         AND e.aggregate_id = o.aggregate_id
         AND e.id <> o.id
         AND e.processed_at IS NULL
-        AND (e.locked_until >= now() OR (e.id < o.id AND e.available_at > now())))
+        AND (e.locked_until >= now() OR (e.id < o.id AND e.available_at > now()))
+      -- OFFSET 0 keeps this a per-row probe of the pending-only aggregate
+      -- index; as an anti-join, stale statistics (taken while a backlog was
+      -- pending) make the planner scan the whole table instead.
+      OFFSET 0)
   ORDER BY o.id
   LIMIT $1
   FOR UPDATE SKIP LOCKED
@@ -55,7 +59,8 @@ WITH claimable AS (
         AND e.processed_at IS NULL
         -- As OutboxClaim, and an earlier pending row outside this batch blocks too.
         AND (e.locked_until >= now()
-             OR (e.id < o.id AND (e.available_at > now() OR NOT (e.id = ANY($1::bigint[]))))))
+             OR (e.id < o.id AND (e.available_at > now() OR NOT (e.id = ANY($1::bigint[])))))
+      OFFSET 0)
   FOR UPDATE SKIP LOCKED
 )
 SELECT id, orphaned FROM claimable;
