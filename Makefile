@@ -50,15 +50,20 @@ test-e2e:
 vet:
 	$(GO) vet ./...
 
-# Placeholders: the cmd owner sets the exact arguments.
-demo: services-up
-	. $(ENV_FILE) && $(GO) run ./cmd/graphsync demo
+# The main job on a small scale: services up, migrate, write a workload,
+# sync it until caught up (stream mode), print the summary.
+demo: services-up build
+	. $(ENV_FILE) && bin/graphsync migrate && bin/graphsync demo --wake stream --http-addr= --log-format console --log-level warn
 
-bench: services-up
-	. $(ENV_FILE) && $(GO) run ./cmd/graphsync bench
-
+# Relay benchmarks (null sink): throughput per wake mode and worker count,
+# commit-to-sink latency, claim cost against processed history.
 bench-relay: services-up
-	. $(ENV_FILE) && $(GO) run ./cmd/graphsync bench relay
+	. $(ENV_FILE) && $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./relay
+
+# End-to-end benchmarks: commit-to-graph throughput and latency per wake mode,
+# peak RSS with large backlogs, and the plain UNWIND ... MERGE ceiling.
+bench: services-up build
+	. $(ENV_FILE) && $(GO) run ./bench
 
 clean:
 	rm -rf bin e2e/neo4j/target

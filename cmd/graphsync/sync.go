@@ -123,10 +123,11 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	sink, err := projector.New(driver, projector.Config{Registerer: registry}, log.Named("projector"))
+	sink, err := projector.New(driver, projector.Config{}, log.Named("projector"))
 	if err != nil {
 		return err
 	}
+	registry.MustRegister(sink.Collectors()...)
 	metrics := relay.NewMetrics()
 	registry.MustRegister(metrics.Collectors(pgPool)...)
 	rel, err := relay.New(pgPool, sink, f.relay, log.Named("relay"), metrics)
