@@ -1,0 +1,208 @@
+package sql_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"graphsync/internal/teststack"
+	gsql "graphsync/sql"
+)
+
+func TestMigrateTwiceChangesNothing(t *testing.T) {
+	_, pool := teststack.FreshDatabase(t) // already migrated from the template
+	ctx := context.Background()
+	applied, err := gsql.Migrate(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) != 0 {
+		t.Fatalf("second migrate applied %v", applied)
+	}
+	pending, err := gsql.Pending(ctx, pool)
+	if err != nil || len(pending) != 0 {
+		t.Fatalf("pending %v, %v", pending, err)
+	}
+}
+
+func TestEditedMigrationIsAnError(t *testing.T) {
+	_, pool := teststack.FreshDatabase(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `UPDATE graphsync_schema_migrations SET checksum = 'edited' WHERE version = 2`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := gsql.Migrate(ctx, pool)
+	if !errors.Is(err, gsql.ErrMigrationEdited) || !strings.Contains(err.Error(), "0002_outbox.sql") {
+		t.Fatalf("migrate over an edited migration: %v", err)
+	}
+	if _, err := gsql.Pending(ctx, pool); !errors.Is(err, gsql.ErrMigrationEdited) {
+		t.Fatalf("pending over an edited migration: %v", err)
+	}
+}
+
+// outbox_messages keeps the canonical outbox's columns, types, defaults and
+// partial index (shared/seeds/000); the relay's additions come after them.
+func TestOutboxMatchesTheSeed(t *testing.T) {
+	_, pool := teststack.FreshDatabase(t)
+	ctx := context.Background()
+	type column struct{ name, typ, nullable, def string }
+	seed := []column{
+		{"id", "bigint", "NO", ""},
+		{"tenant_id", "bigint", "NO", ""},
+		{"aggregate_type", "text", "NO", ""},
+		{"aggregate_id", "bigint", "NO", ""},
+		{"event_type", "text", "NO", ""},
+		{"event_version", "smallint", "NO", "1"},
+		{"payload", "jsonb", "NO", ""},
+		{"occurred_at", "timestamp with time zone", "NO", "now()"},
+		{"available_at", "timestamp with time zone", "NO", "now()"},
+		{"processed_at", "timestamp with time zone", "YES", ""},
+		{"attempts", "smallint", "NO", "0"},
+		{"last_error", "text", "YES", ""},
+		{"trace_id", "text", "YES", ""},
+	}
+	rows, err := pool.Query(ctx, `SELECT column_name, data_type, is_nullable, coalesce(column_default, ''), is_identity, coalesce(identity_generation, '')
+		FROM information_schema.columns WHERE table_name = 'outbox_messages' ORDER BY ordinal_position`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		column
+		identity, generation string
+	}
+	cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (got, error) {
+		var g got
+		return g, r.Scan(&g.name, &g.typ, &g.nullable, &g.def, &g.identity, &g.generation)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cols) < len(seed) {
+		t.Fatalf("outbox_messages has %d columns, the seed %d", len(cols), len(seed))
+	}
+	for i, want := range seed {
+		c := cols[i]
+		def := strings.TrimSuffix(c.def, "::smallint")
+		if c.name != want.name || c.typ != want.typ || c.nullable != want.nullable || def != want.def {
+			t.Errorf("column %d: got %s %s nullable=%s default=%q, want %s %s nullable=%s default=%q",
+				i+1, c.name, c.typ, c.nullable, c.def, want.name, want.typ, want.nullable, want.def)
+		}
+	}
+	if cols[0].identity != "YES" || cols[0].generation != "ALWAYS" {
+		t.Errorf("id is not GENERATED ALWAYS AS IDENTITY")
+	}
+	for _, extra := range cols[len(seed):] {
+		if extra.nullable == "NO" && extra.def == "" {
+			t.Errorf("added column %s is NOT NULL without a default: seed-style producers would fail", extra.name)
+		}
+	}
+	var indexDef string
+	if err := pool.QueryRow(ctx, `SELECT indexdef FROM pg_indexes WHERE indexname = 'outbox_messages_pending_idx'`).Scan(&indexDef); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(indexDef, "(available_at, id) WHERE (processed_at IS NULL)") {
+		t.Errorf("pending index is %s", indexDef)
+	}
+	// A producer inserting exactly as the seed shows is served.
+	if _, err := pool.Exec(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload, trace_id)
+		VALUES ($1, 'Order', $2, 'OrderConfirmed', $3::jsonb, $4)`, 1, 2, `{"status":"confirmed"}`, "trace-1"); err != nil {
+		t.Fatalf("seed-style insert: %v", err)
+	}
+}
+
+// The application role, for tenant A, reads no row of tenant B and cannot
+// write into B; the relay role reads both.
+func TestRowLevelSecurityKeepsTenantsApart(t *testing.T) {
+	_, pool := teststack.FreshDatabase(t)
+	ctx := context.Background()
+	var a, b int64
+	if err := pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('a') RETURNING id`).Scan(&a); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('b') RETURNING id`).Scan(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []int64{a, b} {
+		if _, err := pool.Exec(ctx, `WITH c AS (INSERT INTO categories (tenant_id, name) VALUES ($1, 'c') RETURNING id)
+			INSERT INTO products (tenant_id, sku, name, category_id, price_cents) SELECT $1, 'sku', 'p', id, 100 FROM c`, tenant); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO customers (tenant_id, email, full_name) VALUES ($1, 'x@example.com', 'X')`, tenant); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload) VALUES ($1, 'Order', 1, 'OrderPlaced', '{}')`, tenant); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asRole := func(role string, tenant int64, fn func(pgx.Tx) error) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT set_config('role', $1, true), set_config('app.tenant_id', $2, true)`, role, tenantText(tenant)); err != nil {
+				return err
+			}
+			return fn(tx)
+		})
+	}
+	for _, table := range []string{"tenants", "customers", "categories", "products"} {
+		err := asRole("graphsync_app", a, func(tx pgx.Tx) error {
+			column := "tenant_id"
+			if table == "tenants" {
+				column = "id"
+			}
+			var foreign, own int64
+			if err := tx.QueryRow(ctx, `SELECT count(*) FILTER (WHERE `+column+` <> $1), count(*) FILTER (WHERE `+column+` = $1) FROM `+table, a).Scan(&foreign, &own); err != nil {
+				return err
+			}
+			if foreign != 0 || own == 0 {
+				t.Errorf("%s as tenant %d: %d foreign rows, %d own rows", table, a, foreign, own)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", table, err)
+		}
+	}
+	err := asRole("graphsync_app", a, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO customers (tenant_id, email, full_name) VALUES ($1, 'y@example.com', 'Y')`, b)
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "row-level security") {
+		t.Errorf("tenant %d wrote a customer of tenant %d: %v", a, b, err)
+	}
+	err = asRole("graphsync_app", 0, func(tx pgx.Tx) error {
+		var n int64
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM products`).Scan(&n); err != nil {
+			return err
+		}
+		if n != 0 {
+			t.Errorf("the app role without app.tenant_id sees %d products", n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = asRole("graphsync_relay", 0, func(tx pgx.Tx) error {
+		var n int64
+		if err := tx.QueryRow(ctx, `SELECT count(DISTINCT tenant_id) FROM outbox_messages`).Scan(&n); err != nil {
+			return err
+		}
+		if n != 2 {
+			t.Errorf("the relay role sees %d tenants' events, want 2", n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tenantText(id int64) string {
+	if id == 0 {
+		return ""
+	}
+	return strconv.FormatInt(id, 10)
+}
