@@ -16,7 +16,11 @@ import (
 // row order or on how Neo4j plans the statement. It fails, writing nothing,
 // on a label, type or property key outside the model, on a value of the wrong
 // type and on ids that are not positive.
-func (b *Builder) Statements(mut graphmodel.Mutations) ([]Statement, error) {
+//
+// current, when not nil, says where Single relationships point now; removal
+// rows are then emitted only for edges that must change, so the removal
+// statement (whose DELETE Neo4j plans with an Eager) runs only when needed.
+func (b *Builder) Statements(mut graphmodel.Mutations, current graphmodel.SingleTargets) ([]Statement, error) {
 	tenants := map[int64]bool{}
 	var tenantRows []any
 	upserts := map[string]*rowSet{}
@@ -105,8 +109,9 @@ func (b *Builder) Statements(mut graphmodel.Mutations) ([]Statement, error) {
 			// Only the row whose outbox id the From node holds acts, so rows
 			// of older events can stay; exact repeats are dropped.
 			key := singleKey{r.TenantID, r.FromID, r.OutboxID}
-			set := rowSetFor(clears, r.Type)
-			set.replace(key, row)
+			if current == nil || hasStale(current[graphmodel.RelFrom{Type: r.Type, TenantID: r.TenantID, FromID: r.FromID}], r.ToID) {
+				rowSetFor(clears, r.Type).replace(key, row)
+			}
 			if r.ToID != 0 {
 				rowSetFor(merges, r.Type).replace(key, row)
 			}
@@ -144,6 +149,17 @@ func (b *Builder) Statements(mut graphmodel.Mutations) ([]Statement, error) {
 		}
 	}
 	return stmts, nil
+}
+
+// hasStale reports whether any current target differs from the wanted one
+// (0: none wanted).
+func hasStale(targets []int64, toID int64) bool {
+	for _, target := range targets {
+		if target != toID {
+			return true
+		}
+	}
+	return false
 }
 
 func checkIDs(owner string, tenantID, id int64) error {

@@ -79,7 +79,7 @@ func sampleMutations() graphmodel.Mutations {
 }
 
 func TestStatementsGolden(t *testing.T) {
-	stmts, err := newBuilder(t).Statements(sampleMutations())
+	stmts, err := newBuilder(t).Statements(sampleMutations(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func jsonString(v any) string {
 
 func TestStatementsReuseText(t *testing.T) {
 	b := newBuilder(t)
-	first, err := b.Statements(sampleMutations())
+	first, err := b.Statements(sampleMutations(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestStatementsRejectOutsideModel(t *testing.T) {
 	b := newBuilder(t)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := b.Statements(tc.mut)
+			_, err := b.Statements(tc.mut, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error = %v, want one containing %q", err, tc.want)
 			}
@@ -150,5 +150,39 @@ func TestNewBuilderRejectsBadModel(t *testing.T) {
 	}}
 	if _, err := NewBuilder(bad); err == nil {
 		t.Fatal("NewBuilder accepted a label that is not a plain identifier")
+	}
+}
+
+// With the graph's current Single targets known, removal rows are emitted
+// only for nodes whose edge must change.
+func TestStatementsSkipUnchangedSingleEdges(t *testing.T) {
+	b := newBuilder(t)
+	rel := func(from, to int64) graphmodel.RelUpsert {
+		return graphmodel.RelUpsert{Type: graphmodel.RelInCategory, TenantID: 1, FromID: from, ToID: to, OutboxID: from}
+	}
+	mut := graphmodel.Mutations{Rels: []graphmodel.RelUpsert{rel(1, 3), rel(2, 3), rel(4, 0), rel(5, 0), rel(6, 3)}}
+	current := graphmodel.SingleTargets{
+		{Type: graphmodel.RelInCategory, TenantID: 1, FromID: 1}: {3}, // unchanged
+		{Type: graphmodel.RelInCategory, TenantID: 1, FromID: 2}: {4}, // moves to 3
+		{Type: graphmodel.RelInCategory, TenantID: 1, FromID: 4}: {3}, // loses its category
+		// 5 had none and gets none; 6 had none and gets 3
+	}
+	stmts, err := b.Statements(mut, current)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cleared []any
+	for _, s := range stmts {
+		if strings.HasSuffix(s.Text, "DELETE r") {
+			for _, row := range s.Params["rows"].([]any) {
+				cleared = append(cleared, row.(map[string]any)["from_id"])
+			}
+		}
+	}
+	if jsonString(cleared) != "[2,4]" {
+		t.Fatalf("removal rows for %v, want products 2 and 4", cleared)
+	}
+	if stmts, _ := b.Statements(graphmodel.Mutations{Rels: []graphmodel.RelUpsert{rel(1, 3)}}, current); len(stmts) != 1 {
+		t.Fatalf("an unchanged edge needs only its merge statement, got %d statements", len(stmts))
 	}
 }

@@ -8,18 +8,28 @@ import (
 )
 
 // OwnersQuery finds which tenant holds given ids, across tenants, for every
-// non-tenant label and tombstone label of the model. Its parameters are one
-// list of ids per label, named by OwnersParam(label); it returns rows
-// (label, id, tenant_id). Business ids are unique across tenants in
-// PostgreSQL, so an id held by another tenant reveals a cross-tenant reference.
+// non-tenant label and tombstone label of the model, and where the Single
+// relationships of those nodes point now. Its parameters are one list of ids
+// per label, named by OwnersParam(label). It returns rows (kind, id,
+// tenant_id, target): kind is a label and target null, or kind is a Single
+// relationship type, id its From node and target its To node's id. Business
+// ids are unique across tenants in PostgreSQL, so an id held by another tenant
+// reveals a cross-tenant reference.
 func (b *Builder) OwnersQuery() string {
 	var parts []string
 	for _, label := range nodeLabels(b.model) {
 		if l, ok := b.labels[label]; ok && l.Role == graphmodel.RoleTenant {
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("UNWIND $%s AS id\nMATCH (n:%s {%s: id})\nRETURN '%s' AS label, n.%s AS id, n.%s AS tenant_id",
+		parts = append(parts, fmt.Sprintf("UNWIND $%s AS id\nMATCH (n:%s {%s: id})\nRETURN '%s' AS kind, n.%s AS id, n.%s AS tenant_id, null AS target",
 			OwnersParam(label), label, graphmodel.KeyID, label, graphmodel.KeyID, graphmodel.KeyTenantID))
+	}
+	for _, r := range b.model.Relationships {
+		if !r.Single {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("UNWIND $%s AS id\nMATCH (n:%s {%s: id})-[:%s]->(m:%s)\nRETURN '%s' AS kind, n.%s AS id, n.%s AS tenant_id, m.%s AS target",
+			OwnersParam(r.From), r.From, graphmodel.KeyID, r.Type, r.To, r.Type, graphmodel.KeyID, graphmodel.KeyTenantID, graphmodel.KeyID))
 	}
 	return strings.Join(parts, "\nUNION ALL\n")
 }

@@ -108,7 +108,9 @@ func tenantMergeText(l graphmodel.Label) string {
 }
 
 // nodeUpsertText: the guard is evaluated in the same statement as the write,
-// after MERGE, so a stale, duplicate or replayed row changes nothing.
+// after MERGE, so a stale, duplicate or replayed row changes nothing. The
+// conditional SET sits in a FOREACH rather than behind WHERE: a filter on
+// properties the same statement then sets makes Neo4j plan an Eager.
 func nodeUpsertText(l graphmodel.Label) string {
 	var sb strings.Builder
 	sb.WriteString("UNWIND $rows AS row\n")
@@ -116,11 +118,12 @@ func nodeUpsertText(l graphmodel.Label) string {
 		// A tombstoned node stays deleted: the row does not even MERGE.
 		fmt.Fprintf(&sb, "OPTIONAL MATCH (t:%s)\nWITH row, t\nWHERE t IS NULL\n", keyPattern(l.Tombstone))
 	}
-	fmt.Fprintf(&sb, "MERGE (n:%s)\nWITH n, row\nWHERE %s\n", keyPattern(l.Name), guardAllows("n"))
-	fmt.Fprintf(&sb, "SET n.%s = row.version, n.%s = row.outbox_id", graphmodel.PropVersion, graphmodel.PropOutboxID)
+	fmt.Fprintf(&sb, "MERGE (n:%s)\nFOREACH (_ IN CASE WHEN %s THEN [1] ELSE [] END |\n", keyPattern(l.Name), guardAllows("n"))
+	fmt.Fprintf(&sb, "  SET n.%s = row.version, n.%s = row.outbox_id", graphmodel.PropVersion, graphmodel.PropOutboxID)
 	for _, p := range l.Properties {
-		fmt.Fprintf(&sb, ",\n    n.%[1]s = row.props.%[1]s", p.Key)
+		fmt.Fprintf(&sb, ",\n      n.%[1]s = row.props.%[1]s", p.Key)
 	}
+	sb.WriteString(")")
 	return sb.String()
 }
 

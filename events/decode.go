@@ -265,7 +265,7 @@ func jsonError(err error) error {
 	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.As(err, &typeErr):
-		field := typeErr.Field
+		field := jsonPath(typeErr.Field)
 		if field == "" {
 			field = "payload"
 		}
@@ -279,6 +279,18 @@ func jsonError(err error) error {
 	default:
 		return fmt.Errorf("payload does not decode: %v", err)
 	}
+}
+
+// jsonPath drops the Go names of embedded structs ("OrderState.total_cents")
+// from an encoding/json field path: payload keys are all lower case.
+func jsonPath(field string) string {
+	var keys []string
+	for _, part := range strings.Split(field, ".") {
+		if part != "" && !(part[0] >= 'A' && part[0] <= 'Z') {
+			keys = append(keys, part)
+		}
+	}
+	return strings.Join(keys, ".")
 }
 
 func jsonKind(v any) string {

@@ -177,3 +177,13 @@ func line(doc map[string]any, i int) map[string]any {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestDecodeNamesEmbeddedFieldsByPayloadKey(t *testing.T) {
+	doc := toMap(orderPlaced(9, 1))
+	doc["total_cents"] = "lots"
+	payload, _ := json.Marshal(doc)
+	_, err := Decode(Record{AggregateType: AggregateOrder, AggregateID: 9, EventType: TypeOrderPlaced, EventVersion: 1, Payload: payload})
+	if want := "OrderPlaced v1: total_cents has the wrong type: got JSON string, want int64"; err == nil || err.Error() != want {
+		t.Fatalf("error = %v, want %q", err, want)
+	}
+}

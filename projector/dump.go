@@ -194,7 +194,7 @@ func formatValue(v any) string {
 	case int64:
 		return strconv.FormatInt(v, 10)
 	case time.Time:
-		return v.UTC().Format(time.RFC3339Nano)
+		return `datetime("` + v.UTC().Format(time.RFC3339Nano) + `")`
 	case neo4j.LocalDateTime:
 		return "localdatetime(" + v.Time().Format(time.RFC3339Nano) + ")"
 	case nil:

@@ -52,12 +52,12 @@ func (p *Projector) apply(ctx context.Context, items []*item) (map[int64]error, 
 	defer session.Close(ctx)
 	var rejected map[int64]error
 	_, err := session.ExecuteWrite(ctx, func(tx neo4j.ManagedTransaction) (any, error) {
-		graph, err := readOwners(ctx, tx, ownersQuery, params)
+		graph, current, err := readOwners(ctx, tx, ownersQuery, params)
 		if err != nil {
 			return nil, err
 		}
 		accepted, refused := newAdmission(model, graph).admit(items)
-		stmts, err := p.builder.Statements(mutations(accepted))
+		stmts, err := p.builder.Statements(mutations(accepted), current)
 		if err != nil {
 			return nil, &dataError{fmt.Errorf("build statements: %w", err)}
 		}
@@ -78,27 +78,36 @@ func (p *Projector) apply(ctx context.Context, items []*item) (map[int64]error, 
 	return rejected, nil
 }
 
-func readOwners(ctx context.Context, tx neo4j.ManagedTransaction, query string, params map[string]any) (owners, error) {
+// readOwners runs the builder's OwnersQuery: who holds each id, and where
+// the Single relationships of those nodes point now.
+func readOwners(ctx context.Context, tx neo4j.ManagedTransaction, query string, params map[string]any) (owners, graphmodel.SingleTargets, error) {
 	result, err := tx.Run(ctx, query, params)
 	if err != nil {
-		return nil, fmt.Errorf("look up id owners: %w", err)
+		return nil, nil, fmt.Errorf("look up id owners: %w", err)
 	}
 	graph := owners{}
+	current := graphmodel.SingleTargets{}
 	for result.Next(ctx) {
 		record := result.Record()
-		label, _, err1 := neo4j.GetRecordValue[string](record, "label")
+		kind, _, err1 := neo4j.GetRecordValue[string](record, "kind")
 		id, _, err2 := neo4j.GetRecordValue[int64](record, "id")
 		tenantID, _, err3 := neo4j.GetRecordValue[int64](record, "tenant_id")
-		if err := errors.Join(err1, err2, err3); err != nil {
-			return nil, fmt.Errorf("look up id owners: %w", err)
+		target, isNil, err4 := neo4j.GetRecordValue[int64](record, "target")
+		if err := errors.Join(err1, err2, err3, err4); err != nil {
+			return nil, nil, fmt.Errorf("look up id owners: %w", err)
 		}
-		key := labelID{label, id}
-		graph[key] = append(graph[key], tenantID)
+		if isNil {
+			key := labelID{kind, id}
+			graph[key] = append(graph[key], tenantID)
+			continue
+		}
+		from := graphmodel.RelFrom{Type: kind, TenantID: tenantID, FromID: id}
+		current[from] = append(current[from], target)
 	}
 	if err := result.Err(); err != nil {
-		return nil, fmt.Errorf("look up id owners: %w", err)
+		return nil, nil, fmt.Errorf("look up id owners: %w", err)
 	}
-	return graph, nil
+	return graph, current, nil
 }
 
 func runStatement(ctx context.Context, tx neo4j.ManagedTransaction, stmt cypher.Statement) error {

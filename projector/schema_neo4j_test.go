@@ -1,0 +1,106 @@
+package projector
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+
+	"graphsync/cypher"
+	"graphsync/events"
+	"graphsync/graphmodel"
+)
+
+func TestEnsureSchemaIsIdempotent(t *testing.T) {
+	_, driver := liveProjector(t)
+	ctx := context.Background()
+	if err := EnsureSchema(ctx, driver); err != nil {
+		t.Fatalf("second EnsureSchema: %v", err)
+	}
+	result, err := neo4j.ExecuteQuery(ctx, driver, "SHOW CONSTRAINTS YIELD name RETURN collect(name) AS names", nil, neo4j.EagerResultTransformer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _, _ := neo4j.GetRecordValue[[]any](result.Records[0], "names")
+	for _, want := range []string{"tenant_key", "category_key", "customer_key", "product_key", "deletedproduct_key", "order_key"} {
+		if !containsAny(names, want) {
+			t.Errorf("constraint %s missing from %v", want, names)
+		}
+	}
+}
+
+func containsAny(list []any, want string) bool {
+	for _, v := range list {
+		if v == want {
+			return true
+		}
+	}
+	return false
+}
+
+// The fulltext index serves GraphRAG lookups by product name or description,
+// filtered to one tenant.
+func TestFulltextIndexFindsProducts(t *testing.T) {
+	p, driver := liveProjector(t)
+	i := newIDs(t, driver)
+	word := "zyx" + itoa(i.tenant) // unique to this test
+	s := product(i.id(1), 1, "Mug", 0, "", 1999, "active")
+	s.Description = "A stoneware " + word + " mug"
+	deliverAll(t, p, i.message(t, events.ProductCreated{ProductState: s}),
+		i.message(t, events.ProductCreated{ProductState: product(i.id(2), 1, "Plate", 0, "", 999, "active")}))
+	result, err := neo4j.ExecuteQuery(context.Background(), driver,
+		"CALL db.index.fulltext.queryNodes($index, $query) YIELD node WHERE node.tenant_id = $tenant_id RETURN collect(node.id) AS ids",
+		map[string]any{"index": graphmodel.FulltextProductText, "query": word, "tenant_id": i.tenant}, neo4j.EagerResultTransformer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, _, _ := neo4j.GetRecordValue[[]any](result.Records[0], "ids")
+	if len(ids) != 1 || ids[0] != i.id(1) {
+		t.Fatalf("fulltext search for %q found %v, want [%d]", word, ids, i.id(1))
+	}
+}
+
+// No statement on the hot path plans an Eager operator (which materialises
+// every row of a batch before writing). The two removal statements (a
+// product's tombstone, a stale IN_CATEGORY edge) cannot avoid one: Neo4j
+// plans an Eager before any DELETE whose entities a later row could read.
+// They run only when a product is deleted or changes category (see
+// cypher's TestStatementsSkipUnchangedSingleEdges), and their plans are
+// checked to hold nothing else Eager.
+func TestWriteStatementsPlanWithoutEager(t *testing.T) {
+	_, driver := liveProjector(t)
+	b, err := cypher.NewBuilder(graphmodel.Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range append(b.Texts(), b.OwnersQuery()) {
+		result, err := neo4j.ExecuteQuery(context.Background(), driver, "EXPLAIN "+text, explainParams(), neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Fatalf("EXPLAIN %s: %v", text, err)
+		}
+		ops := planOperators(result.Summary.Plan())
+		eager := 0
+		for _, op := range ops {
+			if op == "Eager@neo4j" {
+				eager++
+			}
+		}
+		removal := strings.HasSuffix(text, "DELETE r") || strings.HasSuffix(text, "DETACH DELETE n")
+		if removal && eager == 1 && slices.Index(ops, "Eager@neo4j") == 3 {
+			continue // ProduceResults, EmptyResult, (Detach)Delete, then the one Eager
+		}
+		if eager > 0 {
+			t.Errorf("plan has an Eager operator %v for:\n%s", ops, text)
+		}
+	}
+}
+
+func explainParams() map[string]any {
+	params := map[string]any{"rows": []any{}}
+	for _, label := range cypher.Labels(graphmodel.Default) {
+		params[cypher.OwnersParam(label)] = []any{}
+	}
+	return params
+}
