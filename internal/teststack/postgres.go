@@ -32,7 +32,7 @@ const (
 	testDatabasePrefix  = "gs_t_"
 
 	// Tenant ids of different tests must not collide in the shared Neo4j,
-	// so every fresh database's tenants.id identity restarts at a random
+	// so every fresh database's business identities restart at a random
 	// base in [tenantIDMin, tenantIDMax).
 	tenantIDMin = 1_000_000
 	tenantIDMax = 1_000_000_000_000
@@ -64,7 +64,7 @@ func PostgresURL(t testing.TB) string {
 
 // FreshDatabase creates a brand-new database for this test from a template
 // with every graphsync migration applied, and returns its URL and a pool
-// connected to it as the superuser. The tenants.id identity starts at a random
+// connected to it as the superuser. Every business identity starts at a random
 // base so tenant ids never collide between tests in the shared Neo4j. The
 // pool is closed and the database dropped (WITH (FORCE), its replication slots
 // first) when the test ends, unless GRAPHSYNC_KEEP_TEST_DB=1.
@@ -111,9 +111,15 @@ func FreshDatabase(t testing.TB) (string, *pgxpool.Pool) {
 	if err != nil {
 		t.Fatalf("teststack: random tenant id base: %v", err)
 	}
-	restart := fmt.Sprintf("ALTER TABLE tenants ALTER COLUMN id RESTART WITH %d", tenantBase.Int64()+tenantIDMin)
-	if _, err := pool.Exec(ctx, restart); err != nil {
-		t.Fatalf("teststack: %s in %s: %v", restart, name, err)
+	// Business ids are globally unique within one PostgreSQL database, and
+	// the projector relies on it (an id seen under another tenant is refused).
+	// Tests share one Neo4j across many databases, so every business identity
+	// starts at the same random base, not only the tenants'.
+	for _, table := range []string{"tenants", "customers", "categories", "products", "sales_orders"} {
+		restart := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN id RESTART WITH %d", table, tenantBase.Int64()+tenantIDMin)
+		if _, err := pool.Exec(ctx, restart); err != nil {
+			t.Fatalf("teststack: %s in %s: %v", restart, name, err)
+		}
 	}
 	return dbURL, pool
 }

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+)
+
+func TestRedactURL(t *testing.T) {
+	cases := map[string]string{
+		"postgres://app:s3cret@db:5432/x?sslmode=disable": "postgres://app:xxxxx@db:5432/x?sslmode=disable",
+		"postgres://app@db/x":                             "postgres://app@db/x",
+		"host=db user=app password=s3cret dbname=x":       "host=db user=app password=xxxxx dbname=x",
+		"bolt://neo4j:s3cret@localhost:7687":              "bolt://neo4j:xxxxx@localhost:7687",
+		"postgres://db/x?password=s3cret":                 "postgres://db/x?password=xxxxx",
+	}
+	for in, want := range cases {
+		if got := RedactURL(in); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		}
+		if strings.Contains(RedactURL(in), "s3cret") {
+			t.Errorf("password left in %q", RedactURL(in))
+		}
+	}
+	if msg := redactErr(errors.New("failed to connect to postgres://app:s3cret@db"), "postgres://app:s3cret@db"); strings.Contains(msg, "s3cret") {
+		t.Errorf("password left in error %q", msg)
+	}
+}
+
+func TestFlagsFromEnvironment(t *testing.T) {
+	t.Setenv("GRAPHSYNC_WAKE", "stream")
+	t.Setenv("GRAPHSYNC_BATCH_SIZE", "42")
+	t.Setenv("GRAPHSYNC_LEASE", "not-a-duration")
+	fs := flag.NewFlagSet("sync", flag.ContinueOnError)
+	var f syncFlags
+	f.register(fs)
+	err := parseFlags(fs, []string{"--lease", "3s"})
+	if err != nil {
+		t.Fatalf("a bad env value for a flag given on the command line must not matter: %v", err)
+	}
+	if f.wake != "stream" || f.relay.BatchSize != 42 || f.relay.Lease.String() != "3s" {
+		t.Errorf("wake %q batch %d lease %s", f.wake, f.relay.BatchSize, f.relay.Lease)
+	}
+	fs = flag.NewFlagSet("sync", flag.ContinueOnError)
+	f = syncFlags{}
+	f.register(fs)
+	err = parseFlags(fs, nil)
+	var usage usageError
+	if !errors.As(err, &usage) || !strings.Contains(err.Error(), "GRAPHSYNC_LEASE") {
+		t.Errorf("bad GRAPHSYNC_LEASE: %v", err)
+	}
+}
+
+func TestUnknownCommandAndWake(t *testing.T) {
+	if code := run([]string{"frobnicate"}); code != 2 {
+		t.Errorf("unknown command exit %d, want 2", code)
+	}
+	if code := run([]string{"sync", "--wake", "pigeon", "--pg-url", "postgres://x@127.0.0.1:1/x"}); code != 2 {
+		t.Errorf("unknown wake mode exit %d, want 2", code)
+	}
+}
