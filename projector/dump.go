@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -121,16 +122,21 @@ func DumpModelGraph(ctx context.Context, driver neo4j.DriverWithContext, model g
 	if err != nil {
 		return Dump{}, fmt.Errorf("dump graph of tenant %d: %w", tenantID, err)
 	}
+	sortDump(&dump)
+	return dump, nil
+}
+
+// sortDump puts nodes in (label, id) order and relationships in text order.
+func sortDump(d *Dump) {
 	byLabelID := func(a, b DumpNode) int {
 		if c := strings.Compare(a.Label, b.Label); c != 0 {
 			return c
 		}
-		return int(min(max(a.ID-b.ID, -1), 1))
+		return cmp.Compare(a.ID, b.ID)
 	}
-	slices.SortFunc(dump.Nodes, byLabelID)
-	slices.SortFunc(dump.Tombstones, byLabelID)
-	slices.SortFunc(dump.Relationships, func(a, b DumpRel) int { return strings.Compare(a.String(), b.String()) })
-	return dump, nil
+	slices.SortFunc(d.Nodes, byLabelID)
+	slices.SortFunc(d.Tombstones, byLabelID)
+	slices.SortFunc(d.Relationships, func(a, b DumpRel) int { return strings.Compare(a.String(), b.String()) })
 }
 
 // String is the canonical text of the tenant's graph content: nodes and
