@@ -2,8 +2,6 @@ package projector
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -22,7 +20,6 @@ func TestWorkloadGraphEqualsPostgres(t *testing.T) {
 	p, driver := liveProjector(t)
 	_, pool := teststack.FreshDatabase(t)
 	ctx := context.Background()
-	randomizeIdentities(t, pool)
 	report, err := workload.Run(ctx, pool, workload.Config{Seed: 7, Tenants: 2, CategoriesPerTenant: 3, ProductsPerTenant: 8,
 		CustomersPerTenant: 4, Orders: 30, Writers: 2, PriceChangeEvery: 3, UpdateEvery: 4, DiscontinueEvery: 7, DeleteEvery: 5}, zaptest.NewLogger(t))
 	if err != nil {
@@ -48,19 +45,6 @@ func TestWorkloadGraphEqualsPostgres(t *testing.T) {
 	for _, tenantID := range report.TenantIDs {
 		if got, want := withoutOrphanCategories(dump(t, driver, tenantID)).String(), graphFromPostgres(t, pool, tenantID); got != want {
 			t.Fatalf("tenant %d: replay changed the graph:\n%s\nwant:\n%s", tenantID, got, want)
-		}
-	}
-}
-
-// randomizeIdentities moves the business tables' identities to a random high
-// range: every fresh database starts at 1, and the shared Neo4j would see the
-// same ids under several tests' tenants.
-func randomizeIdentities(t testing.TB, pool *pgxpool.Pool) {
-	t.Helper()
-	for _, table := range []string{"categories", "customers", "products", "sales_orders"} {
-		start := 1<<53 + rand.Int64N(1<<40)*1000
-		if _, err := pool.Exec(context.Background(), fmt.Sprintf("ALTER TABLE %s ALTER COLUMN id RESTART WITH %d", table, start)); err != nil {
-			t.Fatal(err)
 		}
 	}
 }
