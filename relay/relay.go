@@ -101,6 +101,27 @@ func (r *Relay) drain(ctx context.Context, backoff *backoff) {
 	}
 }
 
+// awaitVisible waits up to about a second until every one of ids is visible.
+// Rows still out of sight then are left to the fallback poll.
+func (r *Relay) awaitVisible(ctx context.Context, ids []int64) error {
+	wait := 500 * time.Microsecond
+	deadline := time.Now().Add(time.Second)
+	for {
+		unseen, err := r.store.OutboxNotVisible(ctx, ids)
+		if err != nil || len(unseen) == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			r.log.Warn("streamed rows not visible after a second; leaving them to the fallback poll", zap.Int64s("outbox_ids", unseen))
+			return nil
+		}
+		if !sleepCtx(ctx, wait) {
+			return ctx.Err()
+		}
+		wait = min(wait*2, 100*time.Millisecond)
+	}
+}
+
 // gatherStream merges stream batches already waiting, up to BatchSize rows.
 func (r *Relay) gatherStream(first streamBatch, stream <-chan streamBatch) []streamBatch {
 	batches := []streamBatch{first}
@@ -127,6 +148,13 @@ func (r *Relay) streamPass(ctx context.Context, batches []streamBatch, backoff *
 	// A large transaction is delivered in BatchSize chunks, in commit order.
 	for len(ids) > 0 && ctx.Err() == nil {
 		chunk := ids[:min(len(ids), r.cfg.BatchSize)]
+		// Logical decoding can hand over a commit a moment before it is
+		// visible to other snapshots; a row claimed too early would be
+		// missed and block its aggregate until the fallback poll. Visibility
+		// only ever grows, so waiting for it before the claim is enough.
+		if err := r.awaitVisible(ctx, chunk); err != nil {
+			r.log.Warn("relay stream pass: visibility check failed", zap.Error(err))
+		}
 		result := r.pass(ctx, func(ctx context.Context) (claimed, error) { return r.store.OutboxClaimByID(ctx, chunk) })
 		if result.err != nil {
 			wait := backoff.next()

@@ -135,6 +135,15 @@ func scanMessage(row pgx.CollectableRow) (Message, error) {
 	return m, err
 }
 
+// OutboxNotVisible returns the ids this snapshot cannot see (yet).
+func (s *store) OutboxNotVisible(ctx context.Context, ids []int64) ([]int64, error) {
+	var unseen []int64
+	if err := s.pool.QueryRow(ctx, gsql.Query("OutboxNotVisible"), ids).Scan(&unseen); err != nil {
+		return nil, fmt.Errorf("check visibility of streamed rows: %w", err)
+	}
+	return unseen, nil
+}
+
 // OutboxMarkProcessed marks delivered rows; it returns how many were still
 // leased by this relay.
 func (s *store) OutboxMarkProcessed(ctx context.Context, ids []int64) (int64, error) {

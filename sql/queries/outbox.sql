@@ -229,3 +229,10 @@ WHERE o.processed_at IS NULL
       AND e.aggregate_id = o.aggregate_id
       AND e.processed_at IS NULL
       AND e.last_error IS NOT NULL);
+
+-- name: OutboxNotVisible
+-- Of the ids a replication stream named, those this snapshot cannot see yet:
+-- logical decoding may hand over a commit a moment before it is visible.
+SELECT coalesce(array_agg(x), '{}')
+FROM unnest($1::bigint[]) AS x
+WHERE NOT EXISTS (SELECT 1 FROM outbox_messages m WHERE m.id = x);

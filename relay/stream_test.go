@@ -1,0 +1,162 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"sync/atomic"
+	"time"
+)
+
+// streamConfig turns the fallback poll off in practice, so that only the
+// replication stream can deliver.
+func streamOnlyConfig(h *harness, id string) Config {
+	cfg := h.config(id)
+	cfg.FallbackPollInterval = time.Hour
+	return cfg
+}
+
+func (h *harness) confirmedLSN() string {
+	h.t.Helper()
+	var lsn string
+	if err := h.pool.QueryRow(context.Background(), `SELECT coalesce(confirmed_flush_lsn::text, '') FROM pg_replication_slots WHERE slot_name = $1`, h.slot).Scan(&lsn); err != nil {
+		h.t.Fatal(err)
+	}
+	return lsn
+}
+
+func (h *harness) lsnAtLeast(lsn string) bool {
+	h.t.Helper()
+	var ok bool
+	if err := h.pool.QueryRow(context.Background(), `SELECT coalesce(confirmed_flush_lsn >= $2::pg_lsn, false) FROM pg_replication_slots WHERE slot_name = $1`, h.slot, lsn).Scan(&ok); err != nil {
+		h.t.Fatal(err)
+	}
+	return ok
+}
+
+func (h *harness) currentLSN() string {
+	h.t.Helper()
+	var lsn string
+	if err := h.pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+		h.t.Fatal(err)
+	}
+	return lsn
+}
+
+// Rows committed one by one reach the sink through the stream alone, each
+// aggregate in order, with no help from the fallback poll.
+func TestStreamDeliversWithoutFallbackPoll(t *testing.T) {
+	h := newHarness(t, WakeStream)
+	sink := newRecordingSink()
+	h.start(sink, streamOnlyConfig(h, "relay-stream-only"))
+	// Let the start-up drain pass before the rows exist.
+	eventually(t, 10*time.Second, "the stream connected", func() bool {
+		return h.count(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active`, h.slot) == 1
+	})
+	var ids []int64
+	for i := 0; i < 300; i++ {
+		ids = append(ids, h.insertCommitted(event{1, "Order", int64(i % 7), "OrderConfirmed", `{}`}))
+	}
+	eventually(t, 15*time.Second, "every row delivered by the stream", func() bool {
+		seen := sink.appliedIDs()
+		for _, id := range ids {
+			if seen[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	last := map[aggKey]int64{}
+	for _, m := range sink.applied() {
+		if m.ID < last[keyOf(m)] {
+			t.Errorf("aggregate %v: %d after %d", keyOf(m), m.ID, last[keyOf(m)])
+		}
+		last[keyOf(m)] = m.ID
+	}
+	sink.checkViolations(t)
+}
+
+// The slot's confirmed position passes a transaction only after its rows
+// were delivered and marked.
+func TestStreamConfirmsOnlyAfterMarking(t *testing.T) {
+	h := newHarness(t, WakeStream)
+	sink := newRecordingSink()
+	var failing atomic.Bool
+	failing.Store(true)
+	sink.fail = func() error {
+		if failing.Load() {
+			return errors.New("neo4j down")
+		}
+		return nil
+	}
+	h.start(sink, streamOnlyConfig(h, "relay-confirm"))
+	eventually(t, 10*time.Second, "the stream connected", func() bool {
+		return h.count(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active`, h.slot) == 1
+	})
+	id := h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`})
+	afterCommit := h.currentLSN()
+	// While the sink fails, the row stays pending and the slot stays behind it.
+	eventually(t, 10*time.Second, "a failed delivery attempt", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND processed_at IS NULL`, id) == 1 &&
+			h.count(`SELECT count(*) FROM pg_stat_replication`) >= 1
+	})
+	for i := 0; i < 5; i++ {
+		if h.lsnAtLeast(afterCommit) {
+			t.Fatalf("slot confirmed %s past the undelivered row's commit (%s)", h.confirmedLSN(), afterCommit)
+		}
+		<-time.After(100 * time.Millisecond)
+	}
+	failing.Store(false)
+	eventually(t, 15*time.Second, "row marked and slot confirmed past it", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND processed_at IS NOT NULL`, id) == 1 &&
+			h.lsnAtLeast(afterCommit)
+	})
+}
+
+// While the outbox is quiet and other tables are busy, the heartbeat lets the
+// slot follow the server's WAL end instead of pinning WAL.
+func TestStreamHeartbeatAdvancesIdleSlot(t *testing.T) {
+	h := newHarness(t, WakeStream)
+	h.start(newRecordingSink(), streamOnlyConfig(h, "relay-heartbeat"))
+	eventually(t, 10*time.Second, "the stream connected", func() bool {
+		return h.count(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active`, h.slot) == 1
+	})
+	ctx := context.Background()
+	if _, err := h.pool.Exec(ctx, `CREATE TABLE busy (n int)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.pool.Exec(ctx, `INSERT INTO busy SELECT generate_series(1, 50000)`); err != nil {
+		t.Fatal(err)
+	}
+	target := h.currentLSN()
+	eventually(t, 20*time.Second, "idle slot confirmed past unrelated WAL", func() bool {
+		// Keep the database busy so there is WAL to pass.
+		if _, err := h.pool.Exec(ctx, `UPDATE busy SET n = n + 1 WHERE n < 10`); err != nil {
+			t.Fatal(err)
+		}
+		return h.lsnAtLeast(target)
+	})
+}
+
+// Slot and publication are created idempotently and dropped by DropStream;
+// names that could carry SQL are refused.
+func TestEnsureAndDropStream(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	if err := EnsureStream(context.Background(), h.pool, "bad name", "ok"); err == nil {
+		t.Error("an invalid slot name was accepted")
+	}
+	pool := h.pool
+	if err := EnsureStream(context.Background(), pool, h.slot, h.slot); err != nil {
+		t.Fatalf("ensure stream twice (1): %v", err)
+	}
+	if err := EnsureStream(context.Background(), pool, h.slot, h.slot); err != nil {
+		t.Fatalf("ensure stream twice (2): %v", err)
+	}
+	if err := DropStream(context.Background(), pool, h.slot, h.slot); err != nil {
+		t.Fatal(err)
+	}
+	if h.count(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, h.slot) != 0 ||
+		h.count(`SELECT count(*) FROM pg_publication WHERE pubname = $1`, h.slot) != 0 {
+		t.Error("stream drop left the slot or the publication")
+	}
+}
