@@ -37,7 +37,10 @@ type streamer struct {
 }
 
 func newStreamer(ctx context.Context, r *Relay, out chan<- streamBatch) (*streamer, error) {
-	if err := EnsureStream(ctx, r.pool, r.cfg.Slot, r.cfg.Publication); err != nil {
+	// A server that cannot stream is a configuration error: say so at start.
+	// Creating the slot waits for every running transaction in the cluster,
+	// so that happens in run, while the fallback poll already serves.
+	if err := checkWALLevel(ctx, r.pool); err != nil {
 		return nil, err
 	}
 	config := r.pool.Config().ConnConfig.Config.Copy()
@@ -51,12 +54,8 @@ func EnsureStream(ctx context.Context, pool *pgxpool.Pool, slot, publication str
 	if !validIdentifier(slot) || !validIdentifier(publication) {
 		return fmt.Errorf("slot %q and publication %q must be lower-case letters, digits and underscores", slot, publication)
 	}
-	var walLevel string
-	if err := pool.QueryRow(ctx, `SELECT current_setting('wal_level')`).Scan(&walLevel); err != nil {
-		return fmt.Errorf("read wal_level: %w", err)
-	}
-	if walLevel != "logical" {
-		return fmt.Errorf("%w (it is %q)", ErrWALLevel, walLevel)
+	if err := checkWALLevel(ctx, pool); err != nil {
+		return err
 	}
 	var exists bool
 	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, publication).Scan(&exists); err != nil {
@@ -78,6 +77,17 @@ func EnsureStream(ctx context.Context, pool *pgxpool.Pool, slot, publication str
 		if err != nil && !isDuplicate(err) {
 			return fmt.Errorf("create replication slot %s: %w", slot, err)
 		}
+	}
+	return nil
+}
+
+func checkWALLevel(ctx context.Context, pool *pgxpool.Pool) error {
+	var walLevel string
+	if err := pool.QueryRow(ctx, `SELECT current_setting('wal_level')`).Scan(&walLevel); err != nil {
+		return fmt.Errorf("read wal_level: %w", err)
+	}
+	if walLevel != "logical" {
+		return fmt.Errorf("%w (it is %q)", ErrWALLevel, walLevel)
 	}
 	return nil
 }
@@ -115,7 +125,10 @@ func isObjectInUse(err error) bool {
 func (s *streamer) run(ctx context.Context) error {
 	backoff := newBackoff(s.r.cfg.SinkBackoff, s.r.cfg.SinkBackoffMax)
 	for ctx.Err() == nil {
-		err := s.follow(ctx)
+		err := EnsureStream(ctx, s.r.pool, s.r.cfg.Slot, s.r.cfg.Publication)
+		if err == nil {
+			err = s.follow(ctx)
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
