@@ -3,7 +3,12 @@
 -- of the one before it (see docs/adr/0001-relay-leases.md).
 
 -- name: OutboxClaimLock
-SELECT pg_advisory_xact_lock(7162812450386870896);
+-- Also: no sorts in this transaction. The claim must walk the pending-only
+-- claim index in id order and stop at the limit; with missing or stale
+-- statistics the planner otherwise scans every pending row, runs the
+-- aggregate check on each and sorts, a cost that grows with the backlog.
+SELECT pg_advisory_xact_lock(7162812450386870896),
+       set_config('enable_sort', 'off', true);
 
 -- name: OutboxClaimCandidates
 -- $1 batch size. Rows are locked (SKIP LOCKED) until the claim commits.
