@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"graphsync/relay"
 )
 
@@ -33,14 +35,15 @@ func runDLQ(ctx context.Context, args []string) error {
 		}
 		ids = append(ids, id)
 	}
-	pool, err := conn.openPostgres(ctx, 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	return conn.withPostgres(ctx, func(pool *pgxpool.Pool) error {
+		return dlqCommand(ctx, pool, sub, ids, *tenant, *limit)
+	})
+}
+
+func dlqCommand(ctx context.Context, pool *pgxpool.Pool, sub string, ids []int64, tenant int64, limit int) error {
 	switch sub {
 	case "list":
-		letters, err := relay.DLQList(ctx, pool, *tenant, *limit)
+		letters, err := relay.DLQList(ctx, pool, tenant, limit)
 		if err != nil {
 			return err
 		}
@@ -85,15 +88,12 @@ func runRetention(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	pool, err := conn.openPostgres(ctx, 2)
-	if err != nil {
+	return conn.withPostgres(ctx, func(pool *pgxpool.Pool) error {
+		report, err := relay.Retain(ctx, pool, cfg)
+		fmt.Printf("retention: archived %d rows; partitions created %v; dropped %v\n",
+			report.Archived, report.PartitionsCreated, report.PartitionsDropped)
 		return err
-	}
-	defer pool.Close()
-	report, err := relay.Retain(ctx, pool, cfg)
-	fmt.Printf("retention: archived %d rows; partitions created %v; dropped %v\n",
-		report.Archived, report.PartitionsCreated, report.PartitionsDropped)
-	return err
+	})
 }
 
 func runStream(ctx context.Context, args []string) error {
@@ -108,16 +108,13 @@ func runStream(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	pool, err := conn.openPostgres(ctx, 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if err := relay.DropStream(ctx, pool, *slot, *publication); err != nil {
-		return err
-	}
-	fmt.Printf("stream: dropped slot %s and publication %s\n", *slot, *publication)
-	return nil
+	return conn.withPostgres(ctx, func(pool *pgxpool.Pool) error {
+		if err := relay.DropStream(ctx, pool, *slot, *publication); err != nil {
+			return err
+		}
+		fmt.Printf("stream: dropped slot %s and publication %s\n", *slot, *publication)
+		return nil
+	})
 }
 
 func runNotify(ctx context.Context, args []string) error {
@@ -130,19 +127,15 @@ func runNotify(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	pool, err := conn.openPostgres(ctx, 2)
-	if err != nil {
-		return err
+	change := relay.NotifyTriggerEnable
+	if args[0] == "disable" {
+		change = relay.NotifyTriggerDisable
 	}
-	defer pool.Close()
-	if args[0] == "enable" {
-		err = relay.NotifyTriggerEnable(ctx, pool)
-	} else {
-		err = relay.NotifyTriggerDisable(ctx, pool)
-	}
-	if err != nil {
-		return err
-	}
-	fmt.Printf("notify: trigger %sd\n", args[0])
-	return nil
+	return conn.withPostgres(ctx, func(pool *pgxpool.Pool) error {
+		if err := change(ctx, pool); err != nil {
+			return err
+		}
+		fmt.Printf("notify: trigger %sd\n", args[0])
+		return nil
+	})
 }

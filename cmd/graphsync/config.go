@@ -116,6 +116,16 @@ func (c *connFlags) openPostgres(ctx context.Context, maxConns int32) (*pgxpool.
 	return pool, nil
 }
 
+// withPostgres runs fn with a small pool for an admin command.
+func (c *connFlags) withPostgres(ctx context.Context, fn func(*pgxpool.Pool) error) error {
+	pool, err := c.openPostgres(ctx, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return fn(pool)
+}
+
 // openNeo4j builds a driver. With verify, an unreachable server is an error;
 // bad credentials are always one.
 func (c *connFlags) openNeo4j(ctx context.Context, verify bool) (neo4j.DriverWithContext, error) {
