@@ -197,5 +197,7 @@ func redactErr(err error, raw string) string {
 			msg = strings.ReplaceAll(msg, pw, "xxxxx")
 		}
 	}
-	return passwordParam.ReplaceAllString(msg, "${1}xxxxx")
+	msg = passwordParam.ReplaceAllString(msg, "${1}xxxxx")
+	// pgx lists each address it tried on a line of its own: keep one line.
+	return strings.Join(strings.FieldsFunc(msg, func(r rune) bool { return r == '\n' || r == '\t' }), " ")
 }
