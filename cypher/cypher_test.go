@@ -48,6 +48,12 @@ func TestSchemaStatementsGolden(t *testing.T) {
 func TestStatementTextsGolden(t *testing.T) {
 	b := newBuilder(t)
 	texts := append(b.Texts(), b.OwnersQuery())
+	for _, label := range Labels(graphmodel.Default) {
+		texts = append(texts, DumpNodesQuery(label))
+	}
+	for _, r := range graphmodel.Default.Relationships {
+		texts = append(texts, DumpRelsQuery(r))
+	}
 	golden(t, "statements", strings.Join(texts, ";\n\n")+";\n")
 }
 

@@ -38,25 +38,24 @@ func (b *Builder) OwnersQuery() string {
 func OwnersParam(label string) string { return "ids_" + label }
 
 // DumpNodesQuery returns every node of label in tenant $tenant_id with its
-// properties (label is a model or tombstone label).
+// properties (label is a model or tombstone label). The id predicate lets the
+// (tenant_id, id) key index serve the tenant lookup.
 func DumpNodesQuery(label string) string {
-	return fmt.Sprintf("MATCH (n:%s)\nWHERE n.%s = $tenant_id\nRETURN properties(n) AS props",
-		label, graphmodel.KeyTenantID)
+	return fmt.Sprintf("MATCH (n:%s)\nWHERE n.%s = $tenant_id AND n.%s IS NOT NULL\nRETURN properties(n) AS props",
+		label, graphmodel.KeyTenantID, graphmodel.KeyID)
 }
 
-// DumpRelsQuery returns every relationship of r's type touching tenant
-// $tenant_id on either end or by its own tenant_id, with both endpoints'
-// keys, so a relationship across tenants shows up too.
+// DumpRelsQuery returns every relationship of r's type with an endpoint in
+// tenant $tenant_id, with both endpoints' keys, so that a relationship
+// crossing tenants shows up too. Each side is found through the key index.
 func DumpRelsQuery(r graphmodel.Relationship) string {
-	return fmt.Sprintf("MATCH (a:%[1]s)-[r:%[2]s]->(b:%[3]s)\nWHERE a.%[4]s = $tenant_id OR b.%[4]s = $tenant_id OR r.%[4]s = $tenant_id\n"+
-		"RETURN a.%[4]s AS from_tenant, a.%[5]s AS from_id, b.%[4]s AS to_tenant, b.%[5]s AS to_id, properties(r) AS props",
-		r.From, r.Type, r.To, graphmodel.KeyTenantID, graphmodel.KeyID)
-}
-
-// DeleteTenantQuery removes every node of tenant $tenant_id with label, and
-// its relationships (for rebuilds and test cleanup).
-func DeleteTenantQuery(label string) string {
-	return fmt.Sprintf("MATCH (n:%s)\nWHERE n.%s = $tenant_id\nDETACH DELETE n", label, graphmodel.KeyTenantID)
+	side := func(anchor string) string {
+		return fmt.Sprintf("MATCH (%[1]s:%[2]s)\nWHERE %[1]s.%[3]s = $tenant_id AND %[1]s.%[4]s IS NOT NULL\n"+
+			"MATCH (a:%[5]s)-[r:%[6]s]->(b:%[7]s)\n"+
+			"RETURN a.%[3]s AS from_tenant, a.%[4]s AS from_id, b.%[3]s AS to_tenant, b.%[4]s AS to_id, properties(r) AS props",
+			anchor, map[string]string{"a": r.From, "b": r.To}[anchor], graphmodel.KeyTenantID, graphmodel.KeyID, r.From, r.Type, r.To)
+	}
+	return side("a") + "\nUNION\n" + side("b")
 }
 
 // Labels returns every label the model lets the graph hold, tombstone labels

@@ -267,3 +267,30 @@ func TestNeo4jUnavailableFailsTheBatch(t *testing.T) {
 		t.Fatalf("Deliver = %v, %v; want an error and no rejections", rejected, err)
 	}
 }
+
+// DumpGraph shows a relationship that crosses tenants (which the projector
+// never writes) from either tenant's side, so e2e comparisons catch one.
+func TestDumpRevealsCrossTenantRelationships(t *testing.T) {
+	p, driver := liveProjector(t)
+	a := newIDs(t, driver)
+	b := newIDs(t, driver)
+	deliverAll(t, p, a.message(t, events.ProductCreated{ProductState: product(a.id(1), 1, "Mug", 0, "", 1, "active")}))
+	deliverAll(t, p, b.message(t, events.ProductCreated{ProductState: product(b.id(1), 1, "Cup", 0, "", 1, "active")}),
+		b.message(t, orderPlaced(b.id(20), b.id(30), events.OrderLine{LineNo: 1, ProductID: b.id(1), Quantity: 1})))
+	// Forge the edge a bug would write.
+	_, err := neo4j.ExecuteQuery(context.Background(), driver, `
+		MATCH (o:Order {tenant_id: $b, id: $order}), (p:Product {tenant_id: $a, id: $product})
+		CREATE (o)-[:CONTAINS {tenant_id: $b, line_no: 2, quantity: 1, unit_price_cents: 1}]->(p)`,
+		map[string]any{"a": a.tenant, "b": b.tenant, "order": b.id(20), "product": a.id(1)}, neo4j.EagerResultTransformer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "(:Order " + itoa(b.id(20)) + " @tenant " + itoa(b.tenant) + ")-[:CONTAINS @tenant " + itoa(b.tenant)
+	if got := dump(t, driver, a.tenant).String(); !strings.Contains(got, want) {
+		t.Fatalf("tenant A's dump hides the forged edge:\n%s", got)
+	}
+	want = "(:Product " + itoa(a.id(1)) + " @tenant " + itoa(a.tenant) + ")"
+	if got := dump(t, driver, b.tenant).String(); !strings.Contains(got, want) {
+		t.Fatalf("tenant B's dump hides the forged edge:\n%s", got)
+	}
+}
