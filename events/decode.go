@@ -109,16 +109,6 @@ func Current(eventType string) (int16, bool) {
 	return current, true
 }
 
-// Types lists the catalog's event types, sorted.
-func Types() []string {
-	types := make([]string, 0, len(catalog))
-	for t := range catalog {
-		types = append(types, t)
-	}
-	slices.Sort(types)
-	return types
-}
-
 type catalogEntry struct {
 	aggregateType string
 	// required are payload paths that must be present and not null:

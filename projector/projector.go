@@ -108,7 +108,7 @@ func (p *Projector) prepare(m relay.Message) (*item, error) {
 	if err != nil {
 		return nil, &rejection{kind: ErrInvalidEvent, msg: err.Error(), cause: err}
 	}
-	return translate(m, ev), nil
+	return translate(m, ev)
 }
 
 // applyIsolating applies items in one transaction; when Neo4j refuses the

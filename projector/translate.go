@@ -45,7 +45,7 @@ func eventName(m relay.Message) string {
 // translate maps a decoded event to the mutations and references that make
 // the graph reflect it. It is pure: the graph model's allowlist decides which
 // fields become properties, here spelled out per event type.
-func translate(m relay.Message, ev events.Event) *item {
+func translate(m relay.Message, ev events.Event) (*item, error) {
 	it := &item{msg: m, name: eventName(m)}
 	tenantID := m.TenantID
 	it.mut.Nodes = append(it.mut.Nodes, graphmodel.NodeUpsert{Label: graphmodel.LabelTenant, TenantID: tenantID, ID: tenantID})
@@ -89,9 +89,9 @@ func translate(m relay.Message, ev events.Event) *item {
 		it.order(e.OrderState)
 	default:
 		// events.Decode only returns catalog types; a new one must be added here.
-		panic(fmt.Sprintf("projector: no translation for %T", ev))
+		return nil, &rejection{kind: ErrInvalidEvent, msg: fmt.Sprintf("%s: the projector has no translation for %T", it.name, ev)}
 	}
-	return it
+	return it, nil
 }
 
 func (it *item) product(s events.ProductState) {
