@@ -15,7 +15,9 @@ import (
 // relationship type, id its From node and target its To node's id. Business
 // ids are unique across tenants in PostgreSQL, so an id held by another tenant
 // reveals a cross-tenant reference.
-func (b *Builder) OwnersQuery() string {
+func (b *Builder) OwnersQuery() string { return b.owners }
+
+func ownersQueryText(b *Builder) string {
 	var parts []string
 	for _, label := range nodeLabels(b.model) {
 		if l, ok := b.labels[label]; ok && l.Role == graphmodel.RoleTenant {

@@ -29,6 +29,7 @@ type Builder struct {
 	nodeDelete  map[string]string // by label, for labels with a tombstone
 	relClear    map[string]string // by type, Single relationships
 	relMerge    map[string]string // by type
+	owners      string
 }
 
 // NewBuilder validates m and prepares every statement text it allows.
@@ -64,6 +65,7 @@ func NewBuilder(m graphmodel.Model) (*Builder, error) {
 		}
 		b.relMerge[r.Type] = relMergeText(r)
 	}
+	b.owners = ownersQueryText(b)
 	return b, nil
 }
 
