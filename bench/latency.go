@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"graphsync/events"
+	"graphsync/workload"
+)
+
+const (
+	// latencyProducers commit the probes concurrently, so that one slow
+	// commit does not hold back the offered rate. Each owns its own
+	// products, so optimistic locking never conflicts.
+	latencyProducers   = 4
+	latencyTracePrefix = "bench-latency-"
+	// latencyMeasure says what the latency figures are.
+	latencyMeasure = "commit returned to bench (bench clock) -> outbox processed_at (PostgreSQL clock, same machine); " +
+		"processed_at is set by the transaction that begins after the Neo4j commit, so the figure is an upper bound of commit-to-graph"
+)
+
+// latencySetup is the warm-up of the latency scenario: it also creates the
+// products the probes re-price.
+var latencySetup = workload.Config{Seed: 5, Tenants: 3, ProductsPerTenant: 20, CustomersPerTenant: 10, Orders: 60, Writers: 2}
+
+// latencyResult is scenario 2 for one wake mode.
+type latencyResult struct {
+	Mode              string      `json:"mode"`
+	OfferedPerSec     int         `json:"offered_events_per_sec"`
+	AchievedPerSec    float64     `json:"achieved_events_per_sec"`
+	DurationSeconds   float64     `json:"duration_seconds"`
+	Events            int         `json:"events"`
+	P50Ms             float64     `json:"p50_ms"`
+	P99Ms             float64     `json:"p99_ms"`
+	MaxMs             float64     `json:"max_ms"`
+	MeanMs            float64     `json:"mean_ms"`
+	ProducerTxP50Ms   float64     `json:"producer_tx_p50_ms"`
+	Measure           string      `json:"measure"`
+	ProbeEvent        string      `json:"probe_event"`
+	NegativeLatencies int         `json:"negative_latencies,omitempty"`
+	SyncTrouble       logTrouble  `json:"sync_log_trouble"`
+	SyncMetrics       syncMetrics `json:"sync_metrics"`
+	Error             string      `json:"error,omitempty"`
+}
+
+// probeProduct is a product a producer re-prices; only its owner touches it.
+type probeProduct struct {
+	tenantID int64
+	state    events.ProductState
+}
+
+// runLatency offers single-event transactions at a fixed rate while sync
+// runs and measures each one's commit-to-graph latency.
+func runLatency(ctx context.Context, st *stack, cfg benchConfig, mode string, log *zap.Logger) (result latencyResult, err error) {
+	result = latencyResult{Mode: mode, OfferedPerSec: cfg.latencyRate, Measure: latencyMeasure,
+		ProbeEvent: events.TypeProductPriceChanged + " (UPDATE products ... version+1 and events.Enqueue, one per transaction, as graphsync_app)"}
+	log = log.With(zap.String("scenario", "latency"), zap.String("mode", mode))
+	sc, err := st.newScenario(ctx, "lat_"+mode, log)
+	if err != nil {
+		return result, err
+	}
+	defer func() {
+		if cleanErr := sc.finish(ctx); cleanErr != nil && err == nil {
+			err = cleanErr
+		}
+	}()
+	if err := sc.startSync(ctx, syncSettings{mode: mode, batchSize: cfg.batchSize, workers: cfg.workers}); err != nil {
+		return result, err
+	}
+	if _, err := sc.warmUp(ctx, latencySetup); err != nil {
+		return result, err
+	}
+	baseline, err := sc.sync.scrape(ctx)
+	if err != nil {
+		log.Warn("no sync metrics", zap.Error(err))
+	}
+	products, err := loadProducts(ctx, sc)
+	if err != nil {
+		return result, err
+	}
+	total := int(float64(cfg.latencyRate) * cfg.latencyDuration.Seconds())
+	log.Info("offering", zap.Int("rate", cfg.latencyRate), zap.Duration("for", cfg.latencyDuration), zap.Int("products", len(products)))
+	committed, commitTook, err := offer(ctx, sc, products, cfg.latencyRate, total, cfg.latencyDuration)
+	if err != nil {
+		return result, err
+	}
+	if err := sc.waitApplied(ctx, 2*time.Minute); err != nil {
+		return result, err
+	}
+	if final, err := sc.sync.scrape(ctx); err != nil {
+		log.Warn("no sync metrics", zap.Error(err))
+	} else {
+		result.SyncMetrics = final.since(baseline)
+	}
+	result.SyncTrouble = sc.sync.trouble()
+	applied, err := probeAppliedAt(ctx, sc)
+	if err != nil {
+		return result, err
+	}
+	var latencies []float64
+	for n, at := range committed {
+		processed, ok := applied[n]
+		if !ok {
+			return result, fmt.Errorf("probe %d was committed but is not marked processed", n)
+		}
+		ms := float64(processed.Sub(at).Microseconds()) / 1000
+		if ms < 0 {
+			result.NegativeLatencies++
+		}
+		latencies = append(latencies, ms)
+	}
+	slices.Sort(latencies)
+	slices.Sort(commitTook)
+	first, last := committed[0], committed[0]
+	for _, at := range committed {
+		if at.Before(first) {
+			first = at
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	result.Events = len(committed)
+	result.DurationSeconds = last.Sub(first).Seconds()
+	result.AchievedPerSec = float64(len(committed)-1) / result.DurationSeconds
+	result.P50Ms = percentile(latencies, 0.50)
+	result.P99Ms = percentile(latencies, 0.99)
+	result.MaxMs = latencies[len(latencies)-1]
+	result.MeanMs = mean(latencies)
+	result.ProducerTxP50Ms = percentile(commitTook, 0.50)
+	log.Info("measured", zap.Float64("p50_ms", result.P50Ms), zap.Float64("p99_ms", result.P99Ms),
+		zap.Float64("achieved_per_sec", result.AchievedPerSec))
+	return result, nil
+}
+
+func loadProducts(ctx context.Context, sc *scenario) ([]*probeProduct, error) {
+	rows, err := sc.db.pool.Query(ctx, query("products_active"))
+	if err != nil {
+		return nil, fmt.Errorf("read products: %w", err)
+	}
+	products, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*probeProduct, error) {
+		var p probeProduct
+		var categoryID *int64
+		var categoryName *string
+		err := row.Scan(&p.tenantID, &p.state.ID, &p.state.Version, &p.state.SKU, &p.state.Name, &p.state.Description,
+			&categoryID, &categoryName, &p.state.PriceCents, &p.state.Currency, &p.state.Status)
+		if categoryID != nil && categoryName != nil {
+			p.state.Category = &events.CategoryRef{ID: *categoryID, Name: *categoryName}
+		}
+		return &p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read products: %w", err)
+	}
+	if len(products) < latencyProducers {
+		return nil, fmt.Errorf("only %d active products to re-price", len(products))
+	}
+	return products, nil
+}
+
+// offer commits total probes at rate per second, open loop: probe n is due
+// at n/rate whether or not earlier ones have committed. It returns when each
+// probe's commit returned and how long each transaction took, in ms.
+func offer(ctx context.Context, sc *scenario, products []*probeProduct, rate, total int, duration time.Duration) ([]time.Time, []float64, error) {
+	committed := make([]time.Time, total)
+	commitTook := make([]float64, total)
+	queues := make([]chan int, latencyProducers)
+	for i := range queues {
+		queues[i] = make(chan int, total)
+	}
+	ctx, cancel := context.WithTimeout(ctx, duration+2*time.Minute)
+	defer cancel()
+	group, groupCtx := errgroup.WithContext(ctx)
+	for w := range queues {
+		group.Go(func() error {
+			for n := range queues[w] {
+				product := products[n%len(products)]
+				took, err := reprice(groupCtx, sc, product, n)
+				if err != nil {
+					return err
+				}
+				committed[n], commitTook[n] = time.Now(), float64(took.Microseconds())/1000
+			}
+			return nil
+		})
+	}
+	ticker := time.NewTicker(time.Second / time.Duration(rate))
+	defer ticker.Stop()
+	var offerErr error
+dispatch:
+	for n := 0; n < total; n++ {
+		select {
+		case <-groupCtx.Done():
+			offerErr = fmt.Errorf("offering probes: %w", context.Cause(groupCtx))
+			break dispatch
+		case <-ticker.C:
+		}
+		// A product always goes to the same producer, which alone changes it.
+		queues[(n%len(products))%latencyProducers] <- n
+	}
+	for _, q := range queues {
+		close(q)
+	}
+	if err := group.Wait(); err != nil {
+		return nil, nil, err
+	}
+	if offerErr != nil {
+		return nil, nil, offerErr
+	}
+	return committed, commitTook, nil
+}
+
+// reprice changes a product's price and enqueues its ProductPriceChanged in
+// one transaction, as an application does, tagged with the probe's number.
+func reprice(ctx context.Context, sc *scenario, product *probeProduct, n int) (time.Duration, error) {
+	oldPrice := product.state.PriceCents
+	newPrice := oldPrice + 100
+	if oldPrice >= 10_000 {
+		newPrice = oldPrice - 100
+	}
+	var state events.ProductState
+	started := time.Now()
+	err := pgx.BeginFunc(ctx, sc.db.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, query("tx_scope"), "graphsync_app", strconv.FormatInt(product.tenantID, 10)); err != nil {
+			return fmt.Errorf("scope transaction: %w", err)
+		}
+		var categoryID *int64
+		var categoryName *string
+		err := tx.QueryRow(ctx, query("product_set_price"), product.state.ID, product.state.Version, newPrice).Scan(
+			&state.ID, &state.Version, &state.SKU, &state.Name, &state.Description, &categoryID, &categoryName,
+			&state.PriceCents, &state.Currency, &state.Status)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("product %d is no longer at version %d", product.state.ID, product.state.Version)
+		}
+		if err != nil {
+			return fmt.Errorf("re-price product %d: %w", product.state.ID, err)
+		}
+		if categoryID != nil && categoryName != nil {
+			state.Category = &events.CategoryRef{ID: *categoryID, Name: *categoryName}
+		}
+		return events.Enqueue(ctx, tx, product.tenantID, events.ProductPriceChanged{ProductState: state, OldPriceCents: &oldPrice},
+			events.WithTraceID(latencyTracePrefix+strconv.Itoa(n)))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("probe %d: %w", n, err)
+	}
+	product.state = state
+	return time.Since(started), nil
+}
+
+// probeAppliedAt maps probe number to its processed_at.
+func probeAppliedAt(ctx context.Context, sc *scenario) (map[int]time.Time, error) {
+	rows, err := sc.db.pool.Query(ctx, query("outbox_latency"), latencyTracePrefix+"%")
+	if err != nil {
+		return nil, fmt.Errorf("read probe processed_at: %w", err)
+	}
+	defer rows.Close()
+	applied := map[int]time.Time{}
+	for rows.Next() {
+		var trace string
+		var at time.Time
+		if err := rows.Scan(&trace, &at); err != nil {
+			return nil, fmt.Errorf("read probe processed_at: %w", err)
+		}
+		n, err := strconv.Atoi(strings.TrimPrefix(trace, latencyTracePrefix))
+		if err != nil {
+			return nil, fmt.Errorf("probe trace id %q: %w", trace, err)
+		}
+		applied[n] = at
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read probe processed_at: %w", err)
+	}
+	return applied, nil
+}
+
+// percentile is the nearest-rank percentile of sorted values.
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[min(max(rank, 0), len(sorted)-1)]
+}
+
+func mean(values []float64) float64 {
+	if len(values) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, v := range values {
+		sum += v
+	}
+	return sum / float64(len(values))
+}

@@ -1,0 +1,321 @@
+// Command bench measures graphsync end to end: the real binary
+// (bin/graphsync sync, a subprocess) against the real PostgreSQL and Neo4j of
+// `make services-up`.
+//
+//  1. throughput: sustained events/s from commit to graph per wake mode, while
+//     the workload writes about 50k events as fast as it can;
+//  2. latency: p50/p99 commit-to-graph latency per wake mode at a fixed
+//     offered rate of single-event transactions;
+//  3. backlog: peak RSS of sync --until-caught-up over a backlog of 100k and
+//     of 1M events (memory must stay flat);
+//  4. ceiling: a plain UNWIND ... MERGE of the same graph as scenario 1, with
+//     no decoding and no guards, in batches of the same size.
+//
+// It prints a table, writes bench/results/<UTC timestamp>.json and ends with
+// the line "e2e/ceiling ratio: X.XX" (stream mode's sustained events/s over
+// the ceiling's). Run it with `make bench`, or:
+//
+//	. .local/services.env && go run ./bench [-quick] [-scale 0.5] [-modes stream]
+//
+// Every scenario gets its own PostgreSQL database (created from
+// GRAPHSYNC_PG_URL, migrated by `graphsync migrate`, dropped at the end) and
+// removes its tenants from Neo4j afterwards; tenant ids start at a random
+// base per database, so nothing collides with tests sharing the services.
+// Every wait is bounded by a deadline and the whole run by -timeout.
+//
+// bench must only talk to loopback services (it refuses any other host), and
+// must not change anything but the databases and tenants it creates.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// benchConfig is what a run measures and how.
+type benchConfig struct {
+	quick bool
+	// scale multiplies every event count (throughput and backlogs).
+	scale            float64
+	modes            []string
+	backlogModes     []string
+	scenarios        map[string]bool
+	throughputEvents int64
+	backlogEvents    []int64
+	latencyRate      int
+	latencyDuration  time.Duration
+	batchSize        int
+	workers          int
+	writers          int
+	ordersPerTx      int
+	timeout          time.Duration
+	binary           string
+	outDir           string
+}
+
+var (
+	allModes     = []string{"poll", "notify", "stream"}
+	allScenarios = []string{"throughput", "ceiling", "latency", "backlog"}
+)
+
+func parseConfig(args []string) (benchConfig, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	quick := fs.Bool("quick", false, "a fast run: -scale 0.2 (20k/200k backlogs, 10k throughput events), 10s of latency probes, -timeout 20m, unless those are given")
+	scale := fs.Float64("scale", 1, "multiplies every event count (throughput and backlog sizes)")
+	events := fs.Int64("events", 50_000, "throughput scenario: events at scale 1")
+	backlogs := fs.String("backlogs", "100000,1000000", "backlog sizes at scale 1, comma-separated")
+	modes := fs.String("modes", strings.Join(allModes, ","), "wake modes of the throughput and latency scenarios")
+	backlogModes := fs.String("backlog-modes", "stream", "wake modes of the backlog scenario")
+	scenarios := fs.String("scenarios", strings.Join(allScenarios, ","), "scenarios to run (the ceiling replays the throughput run's events)")
+	rate := fs.Int("rate", 200, "latency scenario: offered events per second")
+	latencyDuration := fs.Duration("latency-duration", 20*time.Second, "latency scenario: how long the rate is offered")
+	batchSize := fs.Int("batch-size", 500, "sync --batch-size, and the ceiling's events per transaction")
+	workers := fs.Int("workers", 1, "sync --workers")
+	writers := fs.Int("writers", 4, "throughput scenario: concurrent workload writers")
+	ordersPerTx := fs.Int("orders-per-tx", 1, "throughput scenario: business changes (each with its event) per transaction")
+	timeout := fs.Duration("timeout", 60*time.Minute, "bound of the whole run (clean-up runs past it, on its own deadlines)")
+	binary := fs.String("binary", "bin/graphsync", "the graphsync binary (relative paths from the repository root); built from the working tree when missing")
+	outDir := fs.String("out", "bench/results", "where the JSON results go (relative paths from the repository root)")
+	if err := fs.Parse(args); err != nil {
+		return benchConfig{}, err
+	}
+	if fs.NArg() > 0 {
+		return benchConfig{}, fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if *quick {
+		if !given["scale"] {
+			*scale = 0.2
+		}
+		if !given["latency-duration"] {
+			*latencyDuration = 10 * time.Second
+		}
+		if !given["timeout"] {
+			*timeout = 20 * time.Minute
+		}
+	}
+	cfg := benchConfig{
+		quick: *quick, scale: *scale, latencyRate: *rate, latencyDuration: *latencyDuration,
+		batchSize: *batchSize, workers: *workers, writers: *writers, ordersPerTx: *ordersPerTx,
+		timeout: *timeout, binary: *binary, outDir: *outDir, scenarios: map[string]bool{},
+	}
+	var err error
+	if cfg.modes, err = parseList(*modes, allModes, "-modes"); err != nil {
+		return cfg, err
+	}
+	if cfg.backlogModes, err = parseList(*backlogModes, allModes, "-backlog-modes"); err != nil {
+		return cfg, err
+	}
+	names, err := parseList(*scenarios, allScenarios, "-scenarios")
+	if err != nil {
+		return cfg, err
+	}
+	for _, name := range names {
+		cfg.scenarios[name] = true
+	}
+	if cfg.scenarios["ceiling"] && !cfg.scenarios["throughput"] {
+		return cfg, errors.New("-scenarios: the ceiling replays the throughput scenario's events; add throughput")
+	}
+	if cfg.scale <= 0 {
+		return cfg, fmt.Errorf("-scale must be > 0, got %g", cfg.scale)
+	}
+	cfg.throughputEvents = scaled(*events, cfg.scale)
+	for _, field := range strings.Split(*backlogs, ",") {
+		n, err := strconv.ParseInt(strings.TrimSpace(field), 10, 64)
+		if err != nil || n <= 0 {
+			return cfg, fmt.Errorf("-backlogs: %q is not a positive event count", field)
+		}
+		cfg.backlogEvents = append(cfg.backlogEvents, scaled(n, cfg.scale))
+	}
+	for _, p := range []struct {
+		name  string
+		value int
+	}{{"-rate", cfg.latencyRate}, {"-batch-size", cfg.batchSize}, {"-workers", cfg.workers}, {"-writers", cfg.writers}, {"-orders-per-tx", cfg.ordersPerTx}} {
+		if p.value < 1 {
+			return cfg, fmt.Errorf("%s must be >= 1, got %d", p.name, p.value)
+		}
+	}
+	if cfg.latencyDuration < time.Second || cfg.timeout <= 0 || cfg.throughputEvents < 1000 {
+		return cfg, errors.New("-latency-duration must be >= 1s, -timeout > 0 and the throughput scenario at least 1000 events")
+	}
+	return cfg, nil
+}
+
+func scaled(n int64, scale float64) int64 { return max(1, int64(float64(n)*scale)) }
+
+func parseList(value string, allowed []string, flagName string) ([]string, error) {
+	var list []string
+	for _, field := range strings.Split(value, ",") {
+		field = strings.TrimSpace(field)
+		if field == "" {
+			continue
+		}
+		if !slices.Contains(allowed, field) {
+			return nil, fmt.Errorf("%s: %q is not one of %s", flagName, field, strings.Join(allowed, ", "))
+		}
+		if !slices.Contains(list, field) {
+			list = append(list, field)
+		}
+	}
+	return list, nil
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	cfg, err := parseConfig(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	logConfig := zap.NewDevelopmentConfig()
+	logConfig.Level = zap.NewAtomicLevelAt(zapcore.InfoLevel)
+	logConfig.DisableStacktrace = true
+	logConfig.DisableCaller = true
+	log, err := logConfig.Build()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: logger:", err)
+		return 1
+	}
+	defer log.Sync() //nolint:errcheck
+
+	ctx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stopSignals()
+	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	defer cancel()
+
+	res, err := measure(ctx, cfg, log)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	if res.failed() {
+		return 1
+	}
+	return 0
+}
+
+// measure runs the scenarios, prints the table and writes the JSON. A failed
+// scenario is recorded and the others still run.
+func measure(ctx context.Context, cfg benchConfig, log *zap.Logger) (*results, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
+	}
+	if !filepath.IsAbs(cfg.binary) {
+		cfg.binary = filepath.Join(root, cfg.binary)
+	}
+	if !filepath.IsAbs(cfg.outDir) {
+		cfg.outDir = filepath.Join(root, cfg.outDir)
+	}
+	if err := buildBinary(ctx, root, cfg.binary); err != nil {
+		return nil, err
+	}
+	logDir, err := os.MkdirTemp("", "graphsync-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("log directory: %w", err)
+	}
+	st, err := stackFromEnv(ctx, cfg.binary, logDir, log)
+	if err != nil {
+		return nil, err
+	}
+	defer st.close(context.WithoutCancel(ctx))
+
+	res := &results{StartedAt: time.Now().UTC(), Command: commandLine(), SyncLogs: logDir}
+	res.Settings = collectSettings(ctx, st, cfg, root)
+	log.Info("graphsync bench starting", zap.Float64("scale", cfg.scale), zap.Strings("modes", cfg.modes),
+		zap.Int64("throughput_events", cfg.throughputEvents), zap.Int64s("backlogs", cfg.backlogEvents),
+		zap.String("binary", cfg.binary), zap.String("sync_logs", logDir), zap.Duration("timeout", cfg.timeout))
+
+	if cfg.scenarios["throughput"] {
+		// The ceiling replays the stream run's events (any run's would do:
+		// the workload is deterministic).
+		source := cfg.modes[len(cfg.modes)-1]
+		if slices.Contains(cfg.modes, "stream") {
+			source = "stream"
+		}
+		var replay throughputRun
+		for _, mode := range cfg.modes {
+			run, err := runThroughput(ctx, st, cfg, mode, cfg.scenarios["ceiling"] && mode == source, log)
+			if err != nil {
+				run.result.Error = err.Error()
+				log.Error("throughput scenario failed", zap.String("mode", mode), zap.Error(err))
+			} else if mode == source {
+				replay = run
+			}
+			res.Throughput = append(res.Throughput, run.result)
+		}
+		if cfg.scenarios["ceiling"] {
+			ceiling, err := runCeiling(ctx, st, cfg, replay, log)
+			if err != nil {
+				ceiling.Error = err.Error()
+				log.Error("ceiling scenario failed", zap.Error(err))
+			}
+			res.Ceiling = &ceiling
+		}
+	}
+	if cfg.scenarios["latency"] {
+		for _, mode := range cfg.modes {
+			result, err := runLatency(ctx, st, cfg, mode, log)
+			if err != nil {
+				result.Error = err.Error()
+				log.Error("latency scenario failed", zap.String("mode", mode), zap.Error(err))
+			}
+			res.Latency = append(res.Latency, result)
+		}
+	}
+	if cfg.scenarios["backlog"] {
+		for _, mode := range cfg.backlogModes {
+			for _, events := range cfg.backlogEvents {
+				result, err := runBacklog(ctx, st, cfg, mode, events, log)
+				if err != nil {
+					result.Error = err.Error()
+					log.Error("backlog scenario failed", zap.String("mode", mode), zap.Int64("events", events), zap.Error(err))
+				}
+				res.Backlog = append(res.Backlog, result)
+			}
+		}
+	}
+	res.finish()
+	res.Settings.LoadAvgEnd = loadAverage()
+	path, writeErr := res.write(cfg.outDir)
+	res.print(os.Stdout, path, writeErr)
+	return res, nil
+}
+
+func commandLine() string {
+	return "go run ./bench " + strings.Join(os.Args[1:], " ")
+}
+
+// loadAverage is /proc/loadavg's first three fields: other work on the
+// machine skews every figure.
+func loadAverage() string {
+	body, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	fields := strings.Fields(string(body))
+	return strings.Join(fields[:min(3, len(fields))], " ")
+}
+
+func gomaxprocs() int { return runtime.GOMAXPROCS(0) }
