@@ -10,18 +10,19 @@ import (
 )
 
 // chaosWorkload is one writer round: three new tenants, three concurrent
-// writers, about 1,700 events. Rounds repeat while a scenario runs, paced by
-// chaosQueryEvery to roughly a hundred events a second.
+// writers, about 1,200 events. Rounds repeat while a scenario runs, paced by
+// chaosQueryEvery to some 60-70 events a second (an event's transaction
+// takes about five queries).
 var chaosWorkload = workload.Config{
 	Tenants:             3,
 	CategoriesPerTenant: 4,
 	ProductsPerTenant:   20,
 	CustomersPerTenant:  10,
-	Orders:              600,
+	Orders:              400,
 	Writers:             3,
 }
 
-const chaosQueryEvery = 2 * time.Millisecond
+const chaosQueryEvery = 3 * time.Millisecond
 
 // TestChaos runs, for each wake mode, one scenario while the workload
 // generator writes: SIGKILL the relay and restart it, twice; run two relays

@@ -116,13 +116,19 @@ func (s *stack) cleanGraph() {
 	teststack.CleanGraph(s.t, s.neo4j, tenants...)
 }
 
-// stopAll kills what is still running, prints the tail of every process's
-// log when the test failed, and removes the logs when it passed.
+// stopAll kills what is still running, fails the test if a process
+// panicked or (when built with -race) raced, prints the tail of every
+// process's log when the test failed, and removes the logs when it passed.
 func (s *stack) stopAll() {
 	for _, p := range s.procs {
 		if p.running() {
 			p.signal(killSignal)
 			p.waitExit(exitTimeout)
+		}
+	}
+	for _, p := range s.procs {
+		if crash := crashIn(p.logPath); crash != "" {
+			s.t.Errorf("%s crashed: %s (log %s)", p.name, crash, p.logPath)
 		}
 	}
 	if !s.t.Failed() {
@@ -322,6 +328,21 @@ func (s *stack) waitCaughtUp() {
 		return c.pending == 0, c.String()
 	})
 	s.logf("caught up: %s", last)
+}
+
+// crashIn returns the first line of path that shows a Go panic, a fatal
+// runtime error or a data race, or "".
+func crashIn(path string) string {
+	body, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") || strings.Contains(line, "WARNING: DATA RACE") {
+			return line
+		}
+	}
+	return ""
 }
 
 // tail returns the last n lines of the file at path.
