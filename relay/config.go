@@ -78,6 +78,10 @@ type Config struct {
 	// StandbyStatusInterval is how often the stream mode reports its
 	// position to the server. Default: 10s.
 	StandbyStatusInterval time.Duration
+	// StreamStallTimeout is how long the stream mode keeps a replication
+	// connection whose transactions cannot be delivered (PostgreSQL or the
+	// sink down) before it lets go and reconnects later. Default: 10s.
+	StreamStallTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -132,6 +136,9 @@ func (c Config) withDefaults() Config {
 	if c.StandbyStatusInterval == 0 {
 		c.StandbyStatusInterval = 10 * time.Second
 	}
+	if c.StreamStallTimeout == 0 {
+		c.StreamStallTimeout = 10 * time.Second
+	}
 	return c
 }
 
@@ -146,6 +153,7 @@ func (c Config) validate() error {
 		"retry step": int64(c.RetryStep), "retry max steps": int64(c.RetryMaxSteps),
 		"max attempts": int64(c.MaxAttempts), "sink backoff": int64(c.SinkBackoff),
 		"drain timeout": int64(c.DrainTimeout), "standby status interval": int64(c.StandbyStatusInterval),
+		"stream stall timeout": int64(c.StreamStallTimeout),
 	}
 	for name, v := range positive {
 		if v <= 0 {

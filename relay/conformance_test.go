@@ -258,7 +258,7 @@ func testCrashingRow(t *testing.T, mode WakeMode) {
 	if err := h.pool.QueryRow(context.Background(), `SELECT last_error FROM outbox_messages_dlq WHERE id = $1`, crasher).Scan(&lastError); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(lastError, "stopped before the sink answered") {
+	if !strings.Contains(lastError, "no outcome was recorded") {
 		t.Errorf("last_error %q does not say the relay died delivering it", lastError)
 	}
 	if sink.appliedIDs()[crasher] > 0 {

@@ -106,7 +106,7 @@ func (s *store) claim(ctx context.Context, candidates string, arg any) (claimed,
 		for _, m := range messages {
 			if int(m.Attempts) > s.cfg.MaxAttempts {
 				exhausted = append(exhausted, m.ID)
-				reasons = append(reasons, fmt.Sprintf("gave up after %d attempts: the relay holding it stopped before the sink answered (last attempt)", s.cfg.MaxAttempts))
+				reasons = append(reasons, fmt.Sprintf("gave up after %d attempts: no outcome was recorded for the last one (its relay stopped, or lost PostgreSQL before marking it)", s.cfg.MaxAttempts))
 				continue
 			}
 			result.messages = append(result.messages, m)

@@ -30,10 +30,23 @@ type streamer struct {
 	out    chan<- streamBatch
 	log    *zap.Logger
 	config *pgconn.Config
+}
 
-	mu        sync.Mutex
-	confirmed pglogrepl.LSN // highest LSN safe to confirm
-	inflight  int           // pushed batches not yet done
+// errStreamStalled ends a replication connection whose transactions could
+// not be delivered for StreamStallTimeout (PostgreSQL refusing connections
+// during a shutdown, say). A shutting-down server waits for its walsender,
+// which waits for our confirmation, so holding on would block the shutdown;
+// the slot re-sends from the confirmed position on the next connection.
+var errStreamStalled = errors.New("replication stream stalled: its transactions could not be delivered")
+
+// streamSession is the bookkeeping of one replication connection. Batches
+// pushed on an earlier connection may still finish; they touch only their
+// own session.
+type streamSession struct {
+	mu           sync.Mutex
+	confirmed    pglogrepl.LSN // highest LSN safe to confirm
+	inflight     int           // pushed batches not yet done
+	lastProgress time.Time
 }
 
 func newStreamer(ctx context.Context, r *Relay, out chan<- streamBatch) (*streamer, error) {
@@ -136,6 +149,8 @@ func (s *streamer) run(ctx context.Context) error {
 		if isObjectInUse(err) {
 			wait = s.r.cfg.FallbackPollInterval
 			s.log.Info("replication slot is held by another relay; this one serves the fallback poll", zap.Duration("retry_in", wait))
+		} else if errors.Is(err, errStreamStalled) {
+			s.log.Warn("replication stream stalled behind undelivered transactions; reconnecting later", zap.Duration("backoff", wait))
 		} else {
 			s.log.Warn("replication stream stopped; reconnecting", zap.Error(err), zap.Duration("backoff", wait))
 		}
@@ -165,6 +180,12 @@ func (s *streamer) follow(ctx context.Context) error {
 	}
 	s.log.Info("streaming outbox inserts")
 
+	session := &streamSession{lastProgress: time.Now()}
+	stalled := func() bool {
+		session.mu.Lock()
+		defer session.mu.Unlock()
+		return session.inflight > 0 && time.Since(session.lastProgress) > s.r.cfg.StreamStallTimeout
+	}
 	var (
 		outboxRelation uint32
 		idColumn       = -1
@@ -174,7 +195,7 @@ func (s *streamer) follow(ctx context.Context) error {
 		nextStatus     = time.Now()
 	)
 	sendStatus := func(replyRequested bool) error {
-		confirmed := s.confirmedLSN()
+		confirmed := session.confirmedLSN()
 		err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
 			WALWritePosition: confirmed, WALFlushPosition: confirmed, WALApplyPosition: confirmed,
 			ReplyRequested: replyRequested,
@@ -204,6 +225,9 @@ func (s *streamer) follow(ctx context.Context) error {
 				timer.Stop()
 				return ctx.Err()
 			case <-timer.C:
+				if stalled() {
+					return errStreamStalled
+				}
 				if err := sendStatus(false); err != nil {
 					return err
 				}
@@ -212,6 +236,9 @@ func (s *streamer) follow(ctx context.Context) error {
 	}
 
 	for {
+		if stalled() {
+			return errStreamStalled
+		}
 		if !time.Now().Before(nextStatus) {
 			// Asking for a reply is the heartbeat: the keepalive that answers
 			// carries the server's WAL end, which an idle stream confirms.
@@ -243,7 +270,7 @@ func (s *streamer) follow(ctx context.Context) error {
 			}
 			serverWALEnd = keepalive.ServerWALEnd
 			if !inTx {
-				s.advanceIdle(keepalive.ServerWALEnd)
+				session.advanceIdle(keepalive.ServerWALEnd)
 			}
 			if keepalive.ReplyRequested {
 				nextStatus = time.Now()
@@ -291,16 +318,16 @@ func (s *streamer) follow(ctx context.Context) error {
 				inTx = false
 				end := m.TransactionEndLSN
 				if len(txIDs) == 0 {
-					s.advanceIdle(end)
+					session.advanceIdle(end)
 					continue
 				}
-				s.mu.Lock()
-				s.inflight++
-				s.mu.Unlock()
-				if err := push(streamBatch{ids: txIDs, done: func() { s.handled(end) }}); err != nil {
-					s.mu.Lock()
-					s.inflight-- // never handed over
-					s.mu.Unlock()
+				session.mu.Lock()
+				session.inflight++
+				session.mu.Unlock()
+				if err := push(streamBatch{ids: txIDs, done: func() { session.handled(end) }}); err != nil {
+					session.mu.Lock()
+					session.inflight-- // never handed over
+					session.mu.Unlock()
 					return err
 				}
 				txIDs = nil
@@ -311,17 +338,18 @@ func (s *streamer) follow(ctx context.Context) error {
 
 // handled records that a pushed transaction was delivered and marked. The
 // worker handles batches in push order, so end only grows.
-func (s *streamer) handled(end pglogrepl.LSN) {
+func (s *streamSession) handled(end pglogrepl.LSN) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inflight--
+	s.lastProgress = time.Now()
 	if end > s.confirmed {
 		s.confirmed = end
 	}
 }
 
 // advanceIdle confirms up to lsn when nothing is in flight.
-func (s *streamer) advanceIdle(lsn pglogrepl.LSN) {
+func (s *streamSession) advanceIdle(lsn pglogrepl.LSN) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.inflight == 0 && lsn > s.confirmed {
@@ -329,7 +357,7 @@ func (s *streamer) advanceIdle(lsn pglogrepl.LSN) {
 	}
 }
 
-func (s *streamer) confirmedLSN() pglogrepl.LSN {
+func (s *streamSession) confirmedLSN() pglogrepl.LSN {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.confirmed

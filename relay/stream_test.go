@@ -3,8 +3,8 @@ package relay
 import (
 	"context"
 	"errors"
-	"testing"
 	"sync/atomic"
+	"testing"
 	"time"
 )
 
@@ -159,4 +159,37 @@ func TestEnsureAndDropStream(t *testing.T) {
 		h.count(`SELECT count(*) FROM pg_publication WHERE pubname = $1`, h.slot) != 0 {
 		t.Error("stream drop left the slot or the publication")
 	}
+}
+
+// A stream whose transactions cannot be delivered lets go of its replication
+// connection after StreamStallTimeout (a shutting-down PostgreSQL waits for
+// the walsender, which waits for us), reconnects, and delivers once it can.
+func TestStreamLetsGoWhenStalled(t *testing.T) {
+	h := newHarness(t, WakeStream)
+	sink := newRecordingSink()
+	var failing atomic.Bool
+	failing.Store(true)
+	sink.fail = func() error {
+		if failing.Load() {
+			return errors.New("neo4j down")
+		}
+		return nil
+	}
+	cfg := streamOnlyConfig(h, "relay-stall")
+	cfg.StreamStallTimeout = 500 * time.Millisecond
+	h.start(sink, cfg)
+	activePID := func() int64 {
+		return h.count(`SELECT coalesce(max(active_pid), 0) FROM pg_replication_slots WHERE slot_name = $1`, h.slot)
+	}
+	eventually(t, 10*time.Second, "the stream connected", func() bool { return activePID() != 0 })
+	first := activePID()
+	id := h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`})
+	eventually(t, 10*time.Second, "the stalled stream to let go of its connection", func() bool {
+		pid := activePID()
+		return pid != first
+	})
+	failing.Store(false)
+	eventually(t, 15*time.Second, "the row delivered after the stall", func() bool {
+		return sink.appliedIDs()[id] > 0
+	})
 }

@@ -170,10 +170,25 @@ func isNeo4jAuthError(err error) bool {
 	return strings.Contains(err.Error(), "Neo.ClientError.Security.")
 }
 
-var passwordParam = regexp.MustCompile(`(?i)(password\s*=\s*)('[^']*'|[^\s]*)`)
+var (
+	passwordParam = regexp.MustCompile(`(?i)(password\s*=\s*)('[^']*'|[^\s&]*)`)
+	// userinfoPassword finds scheme://user:password@ even where the URL does
+	// not parse (a bad port, a bad escape), which is when errors quote it.
+	userinfoPassword = regexp.MustCompile(`(?i)([a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@\s]*@`)
+)
 
 // RedactURL hides the password of a URL or key=value connection string.
 func RedactURL(raw string) string {
+	return redactText(redactParsedURL(raw))
+}
+
+// redactText removes passwords from any text: URL userinfo and password=.
+func redactText(text string) string {
+	text = userinfoPassword.ReplaceAllString(text, "${1}xxxxx@")
+	return passwordParam.ReplaceAllString(text, "${1}xxxxx")
+}
+
+func redactParsedURL(raw string) string {
 	if u, err := url.Parse(raw); err == nil && u.Scheme != "" && u.Host != "" {
 		if _, has := u.User.Password(); has {
 			u.User = url.UserPassword(u.User.Username(), "xxxxx")
@@ -185,7 +200,7 @@ func RedactURL(raw string) string {
 		}
 		return u.String()
 	}
-	return passwordParam.ReplaceAllString(raw, "${1}xxxxx")
+	return raw
 }
 
 // redactErr removes the password from an error's text, in case a driver
@@ -197,7 +212,7 @@ func redactErr(err error, raw string) string {
 			msg = strings.ReplaceAll(msg, pw, "xxxxx")
 		}
 	}
-	msg = passwordParam.ReplaceAllString(msg, "${1}xxxxx")
+	msg = redactText(msg)
 	// pgx lists each address it tried on a line of its own: keep one line.
 	return strings.Join(strings.FieldsFunc(msg, func(r rune) bool { return r == '\n' || r == '\t' }), " ")
 }

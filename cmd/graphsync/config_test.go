@@ -14,6 +14,9 @@ func TestRedactURL(t *testing.T) {
 		"host=db user=app password=s3cret dbname=x":       "host=db user=app password=xxxxx dbname=x",
 		"bolt://neo4j:s3cret@localhost:7687":              "bolt://neo4j:xxxxx@localhost:7687",
 		"postgres://db/x?password=s3cret":                 "postgres://db/x?password=xxxxx",
+		// Not parseable as URLs; the password must go all the same.
+		"postgres://graphsync:s3cret@127.0.0.1:notaport/graphsync": "postgres://graphsync:xxxxx@127.0.0.1:notaport/graphsync",
+		"postgres://graphsync:s3cret%zz@127.0.0.1/graphsync":       "postgres://graphsync:xxxxx@127.0.0.1/graphsync",
 	}
 	for in, want := range cases {
 		if got := RedactURL(in); got != want {
@@ -23,7 +26,7 @@ func TestRedactURL(t *testing.T) {
 			t.Errorf("password left in %q", RedactURL(in))
 		}
 	}
-	if msg := redactErr(errors.New("failed to connect to postgres://app:s3cret@db"), "postgres://app:s3cret@db"); strings.Contains(msg, "s3cret") {
+	if msg := redactErr(errors.New("cannot parse `postgres://app:s3cret@db:port`: invalid port"), "postgres://app:s3cret@db:port"); strings.Contains(msg, "s3cret") {
 		t.Errorf("password left in error %q", msg)
 	}
 }
