@@ -227,6 +227,9 @@ func (s *stack) syncArgs(wake string) []string {
 		"--poll-interval", "100ms",
 		"--fallback-poll-interval", "1s",
 		"--batch-size", "100",
+		// Catch up within a few seconds of an outage's end, not 30.
+		"--sink-backoff-max", "2s",
+		"--stream-stall-timeout", "3s",
 		"--slot", "gs_e2e_" + s.suffix,
 		"--publication", "gs_e2e_" + s.suffix,
 	}
