@@ -188,7 +188,7 @@ func (r *Relay) pass(ctx context.Context, claim func(context.Context) (claimed, 
 	}
 	if len(c.deadLettered) > 0 {
 		r.metrics.dlqMoved.Add(float64(len(c.deadLettered)))
-		r.log.Error("dead-lettered rows whose relay stopped while delivering them, after the last attempt",
+		r.log.Error("dead-lettered rows whose last attempt recorded no outcome (relay stopped, or lost PostgreSQL before marking)",
 			zap.Int64s("outbox_ids", c.deadLettered))
 	}
 	claimedCount := c.candidates
