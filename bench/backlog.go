@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,7 +18,14 @@ type backlogResult struct {
 	TargetEvents int64   `json:"target_events"`
 	Events       int64   `json:"events"`
 	WriteSeconds float64 `json:"write_seconds"`
-	// SyncSeconds is sync --until-caught-up's wall time, start to exit.
+	// Processed is how many events sync applied (all of them unless it
+	// ran out of time; the memory figures then cover that part).
+	Processed int64 `json:"processed"`
+	// UntilCaughtUp: sync ran with --until-caught-up and exited by itself;
+	// otherwise bench stopped it once the outbox was drained.
+	UntilCaughtUp bool `json:"until_caught_up"`
+	// SyncSeconds is sync's wall time from start until it exited
+	// (--until-caught-up) or until bench saw the outbox drained.
 	SyncSeconds      float64     `json:"sync_seconds"`
 	SyncEventsPerSec float64     `json:"sync_events_per_sec"`
 	SyncRSS          rssFigures  `json:"sync_rss"`
@@ -27,7 +35,8 @@ type backlogResult struct {
 }
 
 // runBacklog writes a backlog with sync stopped, then runs sync
-// --until-caught-up over it and records the process's peak memory.
+// --until-caught-up over it (or plain sync, stopped once bench sees the
+// outbox drained) and records the process's peak memory.
 func runBacklog(ctx context.Context, st *stack, cfg benchConfig, mode string, events int64, log *zap.Logger) (result backlogResult, err error) {
 	result = backlogResult{Mode: mode, TargetEvents: events}
 	log = log.With(zap.String("scenario", "backlog"), zap.String("mode", mode), zap.Int64("target_events", events))
@@ -49,20 +58,35 @@ func runBacklog(ctx context.Context, st *stack, cfg benchConfig, mode string, ev
 	result.WriteSeconds = written.Seconds()
 	log.Info("backlog written; syncing until caught up", zap.Int64("events", report.Events), zap.Duration("took", written))
 
-	if err := sc.startSync(ctx, syncSettings{mode: mode, batchSize: cfg.batchSize, workers: cfg.workers, untilCaughtUp: true}); err != nil {
+	result.UntilCaughtUp = cfg.backlogUntilCaughtUp
+	if err := sc.startSync(ctx, syncSettings{mode: mode, batchSize: cfg.batchSize, workers: cfg.workers, untilCaughtUp: cfg.backlogUntilCaughtUp}); err != nil {
 		return result, err
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, phaseTimeout(events, 150))
 	defer cancel()
-	if err := sc.sync.waitExit(waitCtx); err != nil {
-		return result, err
+	var waitErr error
+	var drained time.Time
+	if cfg.backlogUntilCaughtUp {
+		waitErr = sc.sync.waitExit(waitCtx)
+		drained = sc.sync.ended
+	} else {
+		waitErr = sc.waitApplied(waitCtx, phaseTimeout(events, 150))
+		drained = time.Now()
+		waitErr = errors.Join(waitErr, sc.sync.stop())
 	}
-	result.SyncSeconds = sc.sync.ended.Sub(sc.sync.started).Seconds()
-	result.SyncEventsPerSec = float64(report.Events) / result.SyncSeconds
+	// sync has exited (or was stopped): its memory and progress are known
+	// even when it ran out of time.
+	result.SyncSeconds = drained.Sub(sc.sync.started).Seconds()
 	result.SyncRSS = sc.sync.rss()
 	result.SyncTrouble = sc.sync.trouble()
-
-	span, err := sc.span(ctx, 0)
+	spanCtx, spanCancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer spanCancel()
+	span, err := sc.span(spanCtx, 0)
+	result.Processed = span.processed
+	result.SyncEventsPerSec = float64(span.processed) / result.SyncSeconds
+	if waitErr != nil {
+		return result, fmt.Errorf("%w (%d of %d events applied; peak RSS so far %d bytes)", waitErr, span.processed, report.Events, result.SyncRSS.PeakBytes)
+	}
 	if err != nil {
 		return result, err
 	}

@@ -50,21 +50,24 @@ import (
 type benchConfig struct {
 	quick bool
 	// scale multiplies every event count (throughput and backlogs).
-	scale            float64
-	modes            []string
-	backlogModes     []string
-	scenarios        map[string]bool
-	throughputEvents int64
-	backlogEvents    []int64
-	latencyRate      int
-	latencyDuration  time.Duration
-	batchSize        int
-	workers          int
-	writers          int
-	ordersPerTx      int
-	timeout          time.Duration
-	binary           string
-	outDir           string
+	scale        float64
+	modes        []string
+	backlogModes []string
+	// backlogUntilCaughtUp runs the backlog's sync with --until-caught-up;
+	// without it bench watches the outbox and stops sync itself.
+	backlogUntilCaughtUp bool
+	scenarios            map[string]bool
+	throughputEvents     int64
+	backlogEvents        []int64
+	latencyRate          int
+	latencyDuration      time.Duration
+	batchSize            int
+	workers              int
+	writers              int
+	ordersPerTx          int
+	timeout              time.Duration
+	binary               string
+	outDir               string
 }
 
 var (
@@ -80,6 +83,8 @@ func parseConfig(args []string) (benchConfig, error) {
 	backlogs := fs.String("backlogs", "100000,1000000", "backlog sizes at scale 1, comma-separated")
 	modes := fs.String("modes", strings.Join(allModes, ","), "wake modes of the throughput and latency scenarios")
 	backlogModes := fs.String("backlog-modes", "stream", "wake modes of the backlog scenario")
+	backlogUntilCaughtUp := fs.Bool("backlog-until-caught-up", true, "backlog scenario: sync exits by itself (--until-caught-up); false: bench waits until the outbox is drained and stops sync "+
+		"(--until-caught-up counts every pending row each 200ms, which slows a 1M backlog down)")
 	scenarios := fs.String("scenarios", strings.Join(allScenarios, ","), "scenarios to run (the ceiling replays the throughput run's events)")
 	rate := fs.Int("rate", 200, "latency scenario: offered events per second")
 	latencyDuration := fs.Duration("latency-duration", 20*time.Second, "latency scenario: how long the rate is offered")
@@ -113,6 +118,7 @@ func parseConfig(args []string) (benchConfig, error) {
 		quick: *quick, scale: *scale, latencyRate: *rate, latencyDuration: *latencyDuration,
 		batchSize: *batchSize, workers: *workers, writers: *writers, ordersPerTx: *ordersPerTx,
 		timeout: *timeout, binary: *binary, outDir: *outDir, scenarios: map[string]bool{},
+		backlogUntilCaughtUp: *backlogUntilCaughtUp,
 	}
 	var err error
 	if cfg.modes, err = parseList(*modes, allModes, "-modes"); err != nil {

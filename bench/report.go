@@ -19,35 +19,36 @@ import (
 
 // settings are what a reader needs to compare two result files.
 type settings struct {
-	BatchSize           int      `json:"batch_size"`
-	Workers             int      `json:"workers"`
-	SynchronousCommit   string   `json:"synchronous_commit"`
-	GOMAXPROCS          int      `json:"gomaxprocs"`
-	GOMAXPROCSEnv       string   `json:"gomaxprocs_env,omitempty"`
-	MachineCores        int      `json:"machine_cores"`
-	Scale               float64  `json:"scale"`
-	Quick               bool     `json:"quick"`
-	WakeModes           []string `json:"wake_modes"`
-	BacklogModes        []string `json:"backlog_modes"`
-	ThroughputEvents    int64    `json:"throughput_target_events"`
-	BacklogEvents       []int64  `json:"backlog_target_events"`
-	WorkloadWriters     int      `json:"workload_writers"`
-	WorkloadOrdersPerTx int      `json:"workload_orders_per_tx"`
-	BacklogOrdersPerTx  int      `json:"backlog_orders_per_tx"`
-	LatencyRate         int      `json:"latency_offered_events_per_sec"`
-	LatencySeconds      float64  `json:"latency_seconds"`
-	SyncFlags           string   `json:"sync_flags"`
-	PostgresVersion     string   `json:"postgres_version"`
-	SharedBuffers       string   `json:"shared_buffers"`
-	WALLevel            string   `json:"wal_level"`
-	Neo4jVersion        string   `json:"neo4j_version"`
-	GoVersion           string   `json:"go_version"`
-	Binary              string   `json:"binary"`
-	BinaryModified      string   `json:"binary_modified"`
-	BinaryVCS           string   `json:"binary_vcs,omitempty"`
-	GitRevision         string   `json:"git_revision"`
-	LoadAvgStart        string   `json:"loadavg_start"`
-	LoadAvgEnd          string   `json:"loadavg_end"`
+	BatchSize            int      `json:"batch_size"`
+	Workers              int      `json:"workers"`
+	SynchronousCommit    string   `json:"synchronous_commit"`
+	GOMAXPROCS           int      `json:"gomaxprocs"`
+	GOMAXPROCSEnv        string   `json:"gomaxprocs_env,omitempty"`
+	MachineCores         int      `json:"machine_cores"`
+	Scale                float64  `json:"scale"`
+	Quick                bool     `json:"quick"`
+	WakeModes            []string `json:"wake_modes"`
+	BacklogModes         []string `json:"backlog_modes"`
+	ThroughputEvents     int64    `json:"throughput_target_events"`
+	BacklogEvents        []int64  `json:"backlog_target_events"`
+	WorkloadWriters      int      `json:"workload_writers"`
+	WorkloadOrdersPerTx  int      `json:"workload_orders_per_tx"`
+	BacklogOrdersPerTx   int      `json:"backlog_orders_per_tx"`
+	BacklogUntilCaughtUp bool     `json:"backlog_until_caught_up"`
+	LatencyRate          int      `json:"latency_offered_events_per_sec"`
+	LatencySeconds       float64  `json:"latency_seconds"`
+	SyncFlags            string   `json:"sync_flags"`
+	PostgresVersion      string   `json:"postgres_version"`
+	SharedBuffers        string   `json:"shared_buffers"`
+	WALLevel             string   `json:"wal_level"`
+	Neo4jVersion         string   `json:"neo4j_version"`
+	GoVersion            string   `json:"go_version"`
+	Binary               string   `json:"binary"`
+	BinaryModified       string   `json:"binary_modified"`
+	BinaryVCS            string   `json:"binary_vcs,omitempty"`
+	GitRevision          string   `json:"git_revision"`
+	LoadAvgStart         string   `json:"loadavg_start"`
+	LoadAvgEnd           string   `json:"loadavg_end"`
 }
 
 func collectSettings(ctx context.Context, st *stack, cfg benchConfig, root string) settings {
@@ -57,7 +58,8 @@ func collectSettings(ctx context.Context, st *stack, cfg benchConfig, root strin
 		Scale: cfg.scale, Quick: cfg.quick, WakeModes: cfg.modes, BacklogModes: cfg.backlogModes,
 		ThroughputEvents: cfg.throughputEvents, BacklogEvents: cfg.backlogEvents,
 		WorkloadWriters: cfg.writers, WorkloadOrdersPerTx: cfg.ordersPerTx, BacklogOrdersPerTx: backlogOrdersPerTx,
-		LatencyRate: cfg.latencyRate, LatencySeconds: cfg.latencyDuration.Seconds(),
+		BacklogUntilCaughtUp: cfg.backlogUntilCaughtUp,
+		LatencyRate:          cfg.latencyRate, LatencySeconds: cfg.latencyDuration.Seconds(),
 		SyncFlags: fmt.Sprintf("--batch-size %d --workers %d --http-addr= --retention-every 0 (other flags at their defaults: poll-interval 500ms, fallback-poll-interval 30s, lease 15s)",
 			cfg.batchSize, cfg.workers),
 		GoVersion: runtime.Version(), Binary: cfg.binary, LoadAvgStart: loadAverage(),
@@ -177,8 +179,12 @@ func (r *results) write(dir string) (string, error) {
 // print writes the table and ends with the one e2e/ceiling line.
 func (r *results) print(out io.Writer, path string, writeErr error) {
 	s := r.Settings
-	fmt.Fprintf(out, "\ngraphsync end-to-end benchmark: scale %g, batch %d, workers %d, synchronous_commit %s, GOMAXPROCS %d, %d cores, PostgreSQL %s, Neo4j %s, %s\n",
-		s.Scale, s.BatchSize, s.Workers, s.SynchronousCommit, s.GOMAXPROCS, s.MachineCores, s.PostgresVersion, s.Neo4jVersion, s.GitRevision)
+	built := "binary " + s.Binary + " (modified " + s.BinaryModified + ")"
+	if s.BinaryVCS != "" {
+		built = "binary built from " + s.BinaryVCS
+	}
+	fmt.Fprintf(out, "\ngraphsync end-to-end benchmark: scale %g, batch %d, workers %d, synchronous_commit %s, GOMAXPROCS %d, %d cores, PostgreSQL %s, Neo4j %s\n  %s; bench from tree %s\n",
+		s.Scale, s.BatchSize, s.Workers, s.SynchronousCommit, s.GOMAXPROCS, s.MachineCores, s.PostgresVersion, s.Neo4jVersion, built, s.GitRevision)
 
 	if len(r.Throughput) > 0 || len(r.Latency) > 0 || r.Ceiling != nil {
 		fmt.Fprintln(out, "\ncommit to graph, per wake mode")
@@ -242,10 +248,19 @@ func (r *results) print(out io.Writer, path string, writeErr error) {
 	}
 
 	if len(r.Backlog) > 0 {
-		fmt.Fprintln(out, "\nsync --until-caught-up over a backlog")
+		if r.Settings.BacklogUntilCaughtUp {
+			fmt.Fprintln(out, "\nsync --until-caught-up over a backlog")
+		} else {
+			fmt.Fprintln(out, "\nsync over a backlog, stopped by bench once the outbox was drained (-backlog-until-caught-up=false)")
+		}
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "mode\tevents\twrite\tsync\tsync ev/s\tpeak RSS\tmax VmRSS sampled\t")
 		for _, b := range r.Backlog {
+			if b.Error != "" && b.SyncRSS.PeakBytes > 0 {
+				fmt.Fprintf(tw, "%s\t%d\t%s\tout of time after %s, %d applied\t%.0f\t%s\t%s\t\n", b.Mode, b.Events, durationSeconds(b.WriteSeconds),
+					durationSeconds(b.SyncSeconds), b.Processed, b.SyncEventsPerSec, mib(b.SyncRSS.PeakBytes), mib(b.SyncRSS.MaxSampledBytes))
+				continue
+			}
 			if b.Error != "" {
 				fmt.Fprintf(tw, "%s\t%d\tfailed\t-\t-\t-\t-\t\n", b.Mode, b.TargetEvents)
 				continue
