@@ -84,9 +84,16 @@ func newAdmission(model graphmodel.Model, graph owners) *admission {
 // admit returns the items to apply, in order, and the rejected ones' errors.
 func (a *admission) admit(items []*item) (accepted []*item, rejected map[int64]error) {
 	rejected = map[int64]error{}
+	failing := map[aggregateKey]bool{}
 	for _, it := range items {
+		key := aggregateOf(it.msg)
+		if failing[key] {
+			rejected[it.msg.ID] = heldBack(it.msg)
+			continue
+		}
 		if err := a.check(it); err != nil {
 			rejected[it.msg.ID] = err
+			failing[key] = true
 			continue
 		}
 		accepted = append(accepted, it)

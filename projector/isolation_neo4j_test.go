@@ -42,21 +42,24 @@ func TestPoisonEventsAreIsolated(t *testing.T) {
 		i.raw("Order", i.id(22), "OrderPlaced", 1, wrongType),
 		i.raw("Product", i.id(2), "ProductUpdated", 1, missing),
 		i.raw("Product", i.id(3), "ProductRenamed", 1, `{"version": 1}`),
-		i.raw("Product", i.id(3), "ProductUpdated", 9, `{"version": 1}`),
+		i.raw("Product", i.id(4), "ProductUpdated", 9, `{"version": 1}`),
 		i.message(t, orderPlaced(i.id(23), i.id(30), line(other.id(1)))),
 		i.message(t, orderPlaced(i.id(24), i.id(30), line(i.id(9)))),
 		i.message(t, orderPlaced(i.id(25), i.id(30), line(i.id(1)))), // good: product created earlier in the batch
+		// Good, but behind the poison ids[4] of its aggregate: held back, not applied.
+		i.message(t, events.ProductUpdated{ProductState: product(i.id(2), 2, "Later", 0, "", 1, "active")}),
 	}
 	ids := outboxIDs(batch)
 	want := map[int64]string{
-		ids[1]: "OrderPlaced v1 (outbox id " + itoa(ids[1]) + "): payload is not valid JSON",
-		ids[2]: "OrderPlaced v1 (outbox id " + itoa(ids[2]) + "): lines[0].quantity must be > 0, got -3",
-		ids[3]: "OrderPlaced v1 (outbox id " + itoa(ids[3]) + "): total_cents has the wrong type: got JSON string, want int64",
-		ids[4]: "ProductUpdated v1 (outbox id " + itoa(ids[4]) + "): sku is required",
-		ids[5]: `"ProductRenamed" v1 (outbox id ` + itoa(ids[5]) + "): unknown event type",
-		ids[6]: "ProductUpdated v9 (outbox id " + itoa(ids[6]) + "): unknown event version (known: 1)",
-		ids[7]: "OrderPlaced v1 (outbox id " + itoa(ids[7]) + "): lines[0].product_id: product " + itoa(other.id(1)) + " belongs to another tenant",
-		ids[8]: "OrderPlaced v1 (outbox id " + itoa(ids[8]) + "): lines[0].product_id: product " + itoa(i.id(9)) + " is not in the graph yet",
+		ids[1]:  "OrderPlaced v1 (outbox id " + itoa(ids[1]) + "): payload is not valid JSON",
+		ids[2]:  "OrderPlaced v1 (outbox id " + itoa(ids[2]) + "): lines[0].quantity must be > 0, got -3",
+		ids[3]:  "OrderPlaced v1 (outbox id " + itoa(ids[3]) + "): total_cents has the wrong type: got JSON string, want int64",
+		ids[4]:  "ProductUpdated v1 (outbox id " + itoa(ids[4]) + "): sku is required",
+		ids[5]:  `"ProductRenamed" v1 (outbox id ` + itoa(ids[5]) + "): unknown event type",
+		ids[6]:  "ProductUpdated v9 (outbox id " + itoa(ids[6]) + "): unknown event version (known: 1)",
+		ids[7]:  "OrderPlaced v1 (outbox id " + itoa(ids[7]) + "): lines[0].product_id: product " + itoa(other.id(1)) + " belongs to another tenant",
+		ids[8]:  "OrderPlaced v1 (outbox id " + itoa(ids[8]) + "): lines[0].product_id: product " + itoa(i.id(9)) + " is not in the graph yet",
+		ids[10]: "ProductUpdated v1 (outbox id " + itoa(ids[10]) + "): held back behind an earlier failing event of its aggregate",
 	}
 	rejected := deliver(t, p, batch...)
 	if len(rejected) != len(want) {
@@ -68,7 +71,8 @@ func TestPoisonEventsAreIsolated(t *testing.T) {
 		}
 	}
 	if !errors.Is(rejected[ids[7]], ErrCrossTenant) || !errors.Is(rejected[ids[8]], ErrNotProjected) ||
-		!errors.Is(rejected[ids[2]], ErrInvalidEvent) || !errors.Is(rejected[ids[5]], events.ErrUnknownEvent) {
+		!errors.Is(rejected[ids[2]], ErrInvalidEvent) || !errors.Is(rejected[ids[5]], events.ErrUnknownEvent) ||
+		!errors.Is(rejected[ids[10]], relay.ErrHeldBack) {
 		t.Errorf("rejections do not match their sentinels: %v", rejected)
 	}
 	expectGraph(t, driver, i.tenant, `
@@ -111,7 +115,14 @@ func TestCrossTenantReferencesAreRefused(t *testing.T) {
 		b.message(t, events.ProductDeleted{ID: a.id(1), Version: 9}),
 		b.message(t, events.OrderCancelled{OrderState: orderState(a.id(20), 9, events.OrderStatusCancelled, nil, nil, at(5))}),
 	}
-	rejected := deliver(t, p, attempts...)
+	// One batch each: two of them share an aggregate, and in one batch the
+	// second would be held back behind the first rather than checked.
+	rejected := map[int64]error{}
+	for _, m := range attempts {
+		for id, err := range deliver(t, p, m) {
+			rejected[id] = err
+		}
+	}
 	for _, m := range attempts {
 		if err := rejected[m.ID]; !errors.Is(err, ErrCrossTenant) {
 			t.Errorf("%s: rejected with %v, want ErrCrossTenant", eventName(m), err)

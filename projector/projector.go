@@ -66,10 +66,17 @@ func (p *Projector) Deliver(ctx context.Context, batch []relay.Message) (map[int
 	p.metrics.batchSize.Observe(float64(len(batch)))
 	rejected := map[int64]error{}
 	items := make([]*item, 0, len(batch))
+	failing := map[aggregateKey]bool{}
 	for _, m := range batch {
+		key := aggregateOf(m)
+		if failing[key] {
+			rejected[m.ID] = heldBack(m)
+			continue
+		}
 		it, err := p.prepare(m)
 		if err != nil {
 			rejected[m.ID] = err
+			failing[key] = true
 			continue
 		}
 		items = append(items, it)
@@ -87,7 +94,9 @@ func (p *Projector) Deliver(ctx context.Context, batch []relay.Message) (map[int
 	p.metrics.applySeconds.Observe(time.Since(start).Seconds())
 	for _, m := range batch {
 		outcome := "applied"
-		if rejected[m.ID] != nil {
+		if err := rejected[m.ID]; errors.Is(err, relay.ErrHeldBack) {
+			outcome = "held_back"
+		} else if err != nil {
 			outcome = "rejected"
 		}
 		p.metrics.events.WithLabelValues(metricEventType(m.EventType), outcome).Inc()
@@ -96,6 +105,24 @@ func (p *Projector) Deliver(ctx context.Context, batch []relay.Message) (map[int
 		p.log.Debug("batch applied with rejections", zap.Int("events", len(batch)), zap.Int("rejected", len(rejected)))
 	}
 	return rejected, nil
+}
+
+// aggregateKey names an aggregate within a batch.
+type aggregateKey struct {
+	tenantID      int64
+	aggregateType string
+	aggregateID   int64
+}
+
+func aggregateOf(m relay.Message) aggregateKey {
+	return aggregateKey{m.TenantID, m.AggregateType, m.AggregateID}
+}
+
+// heldBack is the outcome of an event not applied because an earlier event
+// of its aggregate in the batch was rejected: applying it would put the
+// aggregate's later state in the graph ahead of the missing one.
+func heldBack(m relay.Message) error {
+	return fmt.Errorf("%s: %w", eventName(m), relay.ErrHeldBack)
 }
 
 // prepare decodes, upcasts, validates and translates one message.

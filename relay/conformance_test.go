@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,10 +147,29 @@ func testPoisonRows(t *testing.T, mode WakeMode) {
 		return nil
 	}
 	cfg := h.config("relay-poison")
+	// Both rows of aggregate 1 are committed together, so they share a batch.
+	var poison, behindPoison int64
+	err := pgx.BeginFunc(context.Background(), h.pool, func(tx pgx.Tx) error {
+		var err error
+		if poison, err = insert(context.Background(), tx, event{1, "Order", 1, "OrderConfirmed", `{"poison": true}`}); err != nil {
+			return err
+		}
+		behindPoison, err = insert(context.Background(), tx, event{1, "Order", 1, "OrderConfirmed", `{"n": 2}`})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The row behind the poison must not be applied while the poison is
+	// still in the outbox: it is held back, batch after batch, until then.
+	var appliedTooEarly atomic.Bool
+	sink.onApply = func(m Message) {
+		if m.ID == behindPoison && h.count(`SELECT count(*) FROM outbox_messages_dlq WHERE id = $1`, poison) == 0 {
+			appliedTooEarly.Store(true)
+		}
+	}
 	h.start(sink, cfg)
 
-	poison := h.insertCommitted(event{1, "Order", 1, "OrderConfirmed", `{"poison": true}`})
-	behindPoison := h.insertCommitted(event{1, "Order", 1, "OrderConfirmed", `{"n": 2}`})
 	unknown := h.insertCommitted(event{1, "Order", 2, "OrderVanished", `{}`})
 	var healthy []int64
 	for i := 0; i < 20; i++ {
@@ -170,6 +190,12 @@ func testPoisonRows(t *testing.T, mode WakeMode) {
 	eventually(t, 10*time.Second, "the row behind the poison delivered after it left", func() bool {
 		return sink.appliedIDs()[behindPoison] > 0
 	})
+	if appliedTooEarly.Load() {
+		t.Error("the row behind the poison was applied while the poison was still pending")
+	}
+	if n := h.count(`SELECT attempts FROM outbox_messages WHERE id = $1`, behindPoison); n != 1 {
+		t.Errorf("the held-back row used %d attempts, want 1 (holding back counts none)", n)
+	}
 	rows, err := h.pool.Query(context.Background(), `SELECT id, attempts, last_error FROM outbox_messages_dlq ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +238,7 @@ func testKilledRelay(t *testing.T, mode WakeMode) {
 	victim := h.startProcess(h.config("relay-victim"), "hang")
 	victim.waitLine(t, "DELIVERING", 20*time.Second)
 	victim.kill(t)
-	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE locked_by = 'relay-victim'`); n == 0 {
+	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE locked_by LIKE 'relay-victim/%'`); n == 0 {
 		t.Fatal("the killed relay held no rows: the test did not kill it mid-batch")
 	}
 

@@ -187,6 +187,8 @@ type recordingSink struct {
 	fail   func() error
 	// hold, when set, is waited on inside Deliver (to widen the race window).
 	hold func(ctx context.Context, batch []Message)
+	// onApply, when set, sees each message as it is applied.
+	onApply func(Message)
 }
 
 func newRecordingSink() *recordingSink { return &recordingSink{inflight: map[aggKey]bool{}} }
@@ -220,14 +222,25 @@ func (s *recordingSink) Deliver(ctx context.Context, batch []Message) (map[int64
 	for k := range keys {
 		delete(s.inflight, k)
 	}
+	// The Sink contract: once a message is rejected, the later messages of
+	// its aggregate in the batch are held back, not applied.
 	rejected := map[int64]error{}
+	failing := map[aggKey]bool{}
 	var applied []Message
 	for _, m := range batch {
+		if failing[keyOf(m)] {
+			rejected[m.ID] = ErrHeldBack
+			continue
+		}
 		if s.reject != nil {
 			if err := s.reject(m); err != nil {
 				rejected[m.ID] = err
+				failing[keyOf(m)] = true
 				continue
 			}
+		}
+		if s.onApply != nil {
+			s.onApply(m)
 		}
 		applied = append(applied, m)
 	}

@@ -18,7 +18,14 @@ type Relay struct {
 	sink    Sink
 	log     *zap.Logger
 	metrics *Metrics
-	store   *store
+}
+
+// worker is one claim-deliver loop. Each has its own lease identity
+// (relay id + "/" + index), so a worker's marks and releases can never touch
+// rows another worker of the same process took over.
+type worker struct {
+	*Relay
+	store *store
 }
 
 // New checks cfg and builds a relay. pool must reach outbox_messages as a role
@@ -39,7 +46,6 @@ func New(pool *pgxpool.Pool, sink Sink, cfg Config, log *zap.Logger, metrics *Me
 	}
 	return &Relay{
 		cfg: cfg, pool: pool, sink: sink, log: log.With(zap.String("relay_id", cfg.ID)), metrics: metrics,
-		store: &store{pool: pool, relayID: cfg.ID, cfg: cfg},
 	}, nil
 }
 
@@ -63,14 +69,15 @@ func (r *Relay) Run(ctx context.Context) error {
 			// One worker takes the stream, so its rows go out in commit order.
 			stream = waker.stream
 		}
-		workers.Go(func(context.Context) error { return r.work(ctx, wake, stream) })
+		w := &worker{Relay: r, store: &store{pool: r.pool, relayID: fmt.Sprintf("%s/%d", r.cfg.ID, i), cfg: r.cfg}}
+		workers.Go(func(context.Context) error { return w.work(ctx, wake, stream) })
 	}
 	return workers.Wait()
 }
 
 // work is one claim-deliver loop: on a wake-up it drains what is due; on a
 // stream batch it delivers exactly those rows.
-func (r *Relay) work(ctx context.Context, wake <-chan struct{}, stream <-chan streamBatch) error {
+func (r *worker) work(ctx context.Context, wake <-chan struct{}, stream <-chan streamBatch) error {
 	backoff := newBackoff(r.cfg.SinkBackoff, r.cfg.SinkBackoffMax)
 	for {
 		select {
@@ -85,7 +92,7 @@ func (r *Relay) work(ctx context.Context, wake <-chan struct{}, stream <-chan st
 }
 
 // drain claims and delivers until a claim comes back short.
-func (r *Relay) drain(ctx context.Context, backoff *backoff) {
+func (r *worker) drain(ctx context.Context, backoff *backoff) {
 	for ctx.Err() == nil {
 		result := r.pass(ctx, r.store.OutboxClaim)
 		if result.err != nil {
@@ -103,7 +110,7 @@ func (r *Relay) drain(ctx context.Context, backoff *backoff) {
 
 // awaitVisible waits up to about a second until every one of ids is visible.
 // Rows still out of sight then are left to the fallback poll.
-func (r *Relay) awaitVisible(ctx context.Context, ids []int64) error {
+func (r *worker) awaitVisible(ctx context.Context, ids []int64) error {
 	wait := 500 * time.Microsecond
 	deadline := time.Now().Add(time.Second)
 	for {
@@ -123,7 +130,7 @@ func (r *Relay) awaitVisible(ctx context.Context, ids []int64) error {
 }
 
 // gatherStream merges stream batches already waiting, up to BatchSize rows.
-func (r *Relay) gatherStream(first streamBatch, stream <-chan streamBatch) []streamBatch {
+func (r *worker) gatherStream(first streamBatch, stream <-chan streamBatch) []streamBatch {
 	batches := []streamBatch{first}
 	size := len(first.ids)
 	for size < r.cfg.BatchSize {
@@ -140,7 +147,7 @@ func (r *Relay) gatherStream(first streamBatch, stream <-chan streamBatch) []str
 
 // streamPass delivers the rows the stream named, retrying while the sink or
 // PostgreSQL is unavailable, and only then lets the stream confirm them.
-func (r *Relay) streamPass(ctx context.Context, batches []streamBatch, backoff *backoff) {
+func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff *backoff) {
 	var ids []int64
 	for _, b := range batches {
 		ids = append(ids, b.ids...)
@@ -179,7 +186,7 @@ type passResult struct {
 }
 
 // pass claims one batch, delivers it and records the outcome.
-func (r *Relay) pass(ctx context.Context, claim func(context.Context) (claimed, error)) passResult {
+func (r *worker) pass(ctx context.Context, claim func(context.Context) (claimed, error)) passResult {
 	start := time.Now()
 	c, err := claim(ctx)
 	r.metrics.claimDuration.Observe(time.Since(start).Seconds())
@@ -205,7 +212,7 @@ func (r *Relay) pass(ctx context.Context, claim func(context.Context) (claimed, 
 // deliver hands a claimed batch to the sink under a renewed lease and records
 // the outcome. The sink runs on a context that outlives a soft stop by
 // DrainTimeout, so a stopping relay finishes its batch when it can.
-func (r *Relay) deliver(ctx context.Context, batch []Message) error {
+func (r *worker) deliver(ctx context.Context, batch []Message) error {
 	ids := messageIDs(batch)
 	deliverCtx, cancel := drainContext(ctx, r.cfg.DrainTimeout)
 	defer cancel()
@@ -232,11 +239,21 @@ func (r *Relay) deliver(ctx context.Context, batch []Message) error {
 		return fmt.Errorf("sink could not take a batch of %d: %w", len(batch), sinkErr)
 	}
 	var applied, failed []Message
+	var heldBack []int64
 	for _, m := range batch {
-		if rejectErr, isRejected := rejected[m.ID]; isRejected && rejectErr != nil {
-			failed = append(failed, m)
-		} else {
+		rejectErr := rejected[m.ID]
+		switch {
+		case rejectErr == nil:
 			applied = append(applied, m)
+		case errors.Is(rejectErr, ErrHeldBack):
+			heldBack = append(heldBack, m.ID)
+		default:
+			failed = append(failed, m)
+		}
+	}
+	if len(heldBack) > 0 {
+		if err := r.store.OutboxRelease(bookCtx, heldBack); err != nil {
+			return err
 		}
 	}
 	if len(applied) > 0 {
@@ -273,7 +290,7 @@ func (r *Relay) deliver(ctx context.Context, batch []Message) error {
 }
 
 // renewLease extends the batch's lease every Lease/3 until done is closed.
-func (r *Relay) renewLease(ctx context.Context, ids []int64, done <-chan struct{}) {
+func (r *worker) renewLease(ctx context.Context, ids []int64, done <-chan struct{}) {
 	ticker := time.NewTicker(r.cfg.Lease / 3)
 	defer ticker.Stop()
 	for {

@@ -3,8 +3,14 @@ package relay
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 )
+
+// ErrHeldBack marks a message a sink did not apply because an earlier message
+// of its aggregate in the same batch was rejected. It is not the message's
+// fault: no attempt is counted and no last_error is recorded.
+var ErrHeldBack = errors.New("held back behind an earlier failing event of its aggregate")
 
 // Message is one outbox row as the relay hands it to a Sink.
 type Message struct {
@@ -32,6 +38,12 @@ type Message struct {
 //   - err == nil: every message not in rejected was applied and committed.
 //     Each rejected message (a poison event) gets its error recorded as
 //     last_error, is retried on the schedule, and past the limit goes to the DLQ.
+//
+// When a sink rejects a message, it must not apply the later messages of the
+// same aggregate in that batch: it rejects them with an error wrapping
+// ErrHeldBack, and the relay hands them back without counting an attempt.
+// The claim then keeps them behind the failing one until it succeeds or is
+// dead-lettered (block-on-error).
 type Sink interface {
 	Deliver(ctx context.Context, batch []Message) (rejected map[int64]error, err error)
 }
