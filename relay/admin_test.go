@@ -254,3 +254,56 @@ func TestConfigValidation(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// Rows the retention job archived are still read by an offset reader that
+// was behind, and a row retried from the DLQ is read again.
+func TestOffsetReaderReadsArchiveAndRetriedRows(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	ctx := context.Background()
+	archived := h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`})
+	if _, err := h.pool.Exec(ctx, `UPDATE outbox_messages SET processed_at = now() - interval '8 days' WHERE id = $1`, archived); err != nil {
+		t.Fatal(err)
+	}
+	if report, err := Retain(ctx, h.pool, RetentionConfig{}); err != nil || report.Archived != 1 {
+		t.Fatalf("retention: %+v, %v", report, err)
+	}
+	dead := h.insertCommitted(event{1, "Order", 2, "OrderPlaced", `{}`})
+	reader := NewOffsetReader(h.pool, "behind", "")
+	var seen []int64
+	pos := Position{XID: "0"}
+	readAll := func() {
+		eventually(t, 5*time.Second, "the reader at the horizon", func() bool {
+			batch, next, err := reader.Read(ctx, pos, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range batch {
+				seen = append(seen, m.ID)
+			}
+			pos = next
+			return len(batch) == 0
+		})
+	}
+	readAll()
+	if !contains(seen, archived) || !contains(seen, dead) {
+		t.Fatalf("read %v, want the archived row %d and %d", seen, archived, dead)
+	}
+	tx, err := h.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outboxMoveToDLQ(ctx, tx, []int64{dead}, []string{"bad"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DLQRetry(ctx, h.pool, []int64{dead}); err != nil {
+		t.Fatal(err)
+	}
+	seen = nil
+	readAll()
+	if !contains(seen, dead) {
+		t.Fatalf("the retried row %d was not read again: %v", dead, seen)
+	}
+}

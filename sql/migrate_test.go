@@ -172,6 +172,26 @@ func TestRowLevelSecurityKeepsTenantsApart(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "row-level security") {
 		t.Errorf("tenant %d wrote a customer of tenant %d: %v", a, b, err)
 	}
+	// The application role cannot choose ids or write the relay's columns.
+	for name, insert := range map[string]string{
+		"an outbox id":        `INSERT INTO outbox_messages (id, tenant_id, aggregate_type, aggregate_id, event_type, payload) OVERRIDING SYSTEM VALUE VALUES (999999, $1, 'Order', 1, 'X', '{}')`,
+		"processed_at":        `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload, processed_at) VALUES ($1, 'Order', 1, 'X', '{}', now())`,
+		"created_xid":         `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload, created_xid) VALUES ($1, 'Order', 1, 'X', '{}', '0')`,
+		"a product id":        `INSERT INTO products (id, tenant_id, sku, name, price_cents) VALUES (999999, $1, 's', 'n', 1)`,
+		"a seed-style event ": `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload, trace_id) VALUES ($1, 'Order', 1, 'OrderConfirmed', '{}', 't')`,
+	} {
+		err := asRole("graphsync_app", a, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, insert, a)
+			return err
+		})
+		allowed := strings.HasPrefix(name, "a seed-style")
+		if allowed && err != nil {
+			t.Errorf("the application role could not insert %s: %v", name, err)
+		}
+		if !allowed && (err == nil || !strings.Contains(err.Error(), "permission denied")) {
+			t.Errorf("the application role set %s: %v", name, err)
+		}
+	}
 	err = asRole("graphsync_app", 0, func(tx pgx.Tx) error {
 		var n int64
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM products`).Scan(&n); err != nil {

@@ -50,6 +50,8 @@ CREATE TABLE outbox_messages_archive (
 CREATE TABLE outbox_messages_archive_default PARTITION OF outbox_messages_archive DEFAULT;
 CREATE INDEX outbox_messages_archive_aggregate_idx
   ON outbox_messages_archive (tenant_id, aggregate_type, aggregate_id, id);
+CREATE INDEX outbox_messages_archive_created_xid_idx
+  ON outbox_messages_archive (created_xid, id);
 
 -- Wake-up hint for the notify mode. The trigger itself is optional and is
 -- installed by `graphsync notify enable` (NOTIFY serialises committing transactions).

@@ -146,16 +146,18 @@ ORDER BY id
 LIMIT $2;
 
 -- name: DLQRetry
--- Back to pending with a fresh attempt count, keeping id, payload and last_error.
+-- Back to pending with a fresh attempt count, keeping id, payload and
+-- last_error. created_xid is this transaction's: offset readers that passed
+-- the row's old position must see it again.
 WITH moved AS (
   DELETE FROM outbox_messages_dlq WHERE id = ANY($1::bigint[]) RETURNING *
 )
 INSERT INTO outbox_messages (
   id, tenant_id, aggregate_type, aggregate_id, event_type, event_version, payload,
-  occurred_at, available_at, processed_at, attempts, last_error, trace_id, created_xid)
+  occurred_at, available_at, processed_at, attempts, last_error, trace_id)
 OVERRIDING SYSTEM VALUE
 SELECT id, tenant_id, aggregate_type, aggregate_id, event_type, event_version, payload,
-       occurred_at, now(), NULL, 0, last_error, trace_id, created_xid
+       occurred_at, now(), NULL, 0, last_error, trace_id
 FROM moved
 RETURNING id;
 
@@ -203,12 +205,27 @@ SELECT
 -- name: OffsetRead
 -- Gap-free offset reader (relay/offsets.go). Only rows of transactions that
 -- have all ended (created_xid below the oldest running xid) are read, so no
--- row can later appear behind the cursor. $1/$2 cursor, $3 limit.
+-- row can later appear behind the cursor. The archive is read too: a reader
+-- more than a week behind must not lose what the retention job moved.
+-- $1/$2 cursor, $3 limit.
+WITH horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin)
 SELECT id, tenant_id, aggregate_type, aggregate_id, event_type, event_version, payload,
-       occurred_at, attempts, trace_id, created_xid::text, processed_at IS NOT NULL
-FROM outbox_messages
-WHERE (created_xid, id) > ($1::text::xid8, $2::bigint)
-  AND created_xid < pg_snapshot_xmin(pg_current_snapshot())
+       occurred_at, attempts, trace_id, created_xid::text, processed
+FROM (
+  (SELECT id, tenant_id, aggregate_type, aggregate_id, event_type, event_version, payload,
+          occurred_at, attempts, trace_id, created_xid, processed_at IS NOT NULL AS processed
+   FROM outbox_messages, horizon
+   WHERE (created_xid, id) > ($1::text::xid8, $2::bigint) AND created_xid < horizon.xmin
+   ORDER BY created_xid, id
+   LIMIT $3)
+  UNION ALL
+  (SELECT id, tenant_id, aggregate_type, aggregate_id, event_type, event_version, payload,
+          occurred_at, attempts, trace_id, created_xid, true
+   FROM outbox_messages_archive, horizon
+   WHERE (created_xid, id) > ($1::text::xid8, $2::bigint) AND created_xid < horizon.xmin
+   ORDER BY created_xid, id
+   LIMIT $3)
+) rows
 ORDER BY created_xid, id
 LIMIT $3;
 
@@ -242,6 +259,9 @@ WHERE o.processed_at IS NULL
 -- name: OutboxNotVisible
 -- Of the ids a replication stream named, those this snapshot cannot see yet:
 -- logical decoding may hand over a commit a moment before it is visible.
+-- Rows already dead-lettered or archived (a slot replaying old WAL) count as seen.
 SELECT coalesce(array_agg(x), '{}')
 FROM unnest($1::bigint[]) AS x
-WHERE NOT EXISTS (SELECT 1 FROM outbox_messages m WHERE m.id = x);
+WHERE NOT EXISTS (SELECT 1 FROM outbox_messages m WHERE m.id = x)
+  AND NOT EXISTS (SELECT 1 FROM outbox_messages_dlq d WHERE d.id = x)
+  AND NOT EXISTS (SELECT 1 FROM outbox_messages_archive a WHERE a.id = x);
