@@ -2,6 +2,7 @@ package projector
 
 import (
 	"errors"
+	"time"
 
 	"graphsync/graphmodel"
 )
@@ -15,6 +16,11 @@ type Config struct {
 	Model *graphmodel.Model
 	// MetricsNamespace prefixes the metric names. Default: "graphsync".
 	MetricsNamespace string
+	// TxTimeout bounds each Neo4j write transaction on the server, so a
+	// transaction stuck behind someone else's lock is given up (and the batch
+	// retried later, uncounted) instead of holding its rows' lease forever.
+	// Default: 60s.
+	TxTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -24,12 +30,18 @@ func (c Config) withDefaults() Config {
 	if c.MetricsNamespace == "" {
 		c.MetricsNamespace = "graphsync"
 	}
+	if c.TxTimeout == 0 {
+		c.TxTimeout = time.Minute
+	}
 	return c
 }
 
 func (c Config) validate() error {
 	if c.Model == nil {
 		return errors.New("projector config: no graph model")
+	}
+	if c.TxTimeout < 0 {
+		return errors.New("projector config: negative transaction timeout")
 	}
 	return nil
 }

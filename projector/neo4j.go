@@ -68,7 +68,7 @@ func (p *Projector) apply(ctx context.Context, items []*item) (map[int64]error, 
 		}
 		rejected = refused
 		return nil, nil
-	})
+	}, neo4j.WithTxTimeout(p.cfg.TxTimeout))
 	if err != nil {
 		if isDataError(err) {
 			return nil, &dataError{err}

@@ -307,3 +307,26 @@ func TestOffsetReaderReadsArchiveAndRetriedRows(t *testing.T) {
 		t.Fatalf("the retried row %d was not read again: %v", dead, seen)
 	}
 }
+
+// A month whose partition cannot be created (its rows already sit in the
+// default partition) is reported, and the archiving still runs.
+func TestRetentionArchivesDespiteAPartitionItCannotCreate(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	ctx := context.Background()
+	if _, err := h.pool.Exec(ctx, `INSERT INTO outbox_messages_archive
+		(id, tenant_id, aggregate_type, aggregate_id, event_type, payload, occurred_at, processed_at)
+		VALUES (-1, 1, 'Order', 1, 'OrderPlaced', '{}', now() + interval '6 months', now())`); err != nil {
+		t.Fatal(err)
+	}
+	old := h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`})
+	if _, err := h.pool.Exec(ctx, `UPDATE outbox_messages SET processed_at = now() - interval '8 days' WHERE id = $1`, old); err != nil {
+		t.Fatal(err)
+	}
+	report, err := Retain(ctx, h.pool, RetentionConfig{MonthsAhead: 8})
+	if err == nil || !strings.Contains(err.Error(), "create archive partition") {
+		t.Errorf("the partition that cannot be created was not reported: %v", err)
+	}
+	if report.Archived != 1 {
+		t.Errorf("archived %d rows, want 1: archiving stopped at the partition error", report.Archived)
+	}
+}

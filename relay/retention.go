@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"time"
@@ -53,15 +54,15 @@ type RetentionReport struct {
 func Retain(ctx context.Context, pool *pgxpool.Pool, cfg RetentionConfig) (RetentionReport, error) {
 	cfg = cfg.withDefaults()
 	var report RetentionReport
-	created, err := ArchivePartitionsEnsure(ctx, pool, time.Now(), cfg.MonthsAhead)
-	if err != nil {
-		return report, err
-	}
+	// A month whose partition cannot be created (its rows already sit in the
+	// default partition, say) must not stop the archiving: rows without a
+	// partition land in the default one, and the outbox stays bounded.
+	created, partitionErr := ArchivePartitionsEnsure(ctx, pool, time.Now(), cfg.MonthsAhead)
 	report.PartitionsCreated = created
 	for {
 		tag, err := pool.Exec(ctx, gsql.Query("OutboxArchiveProcessed"), cfg.ArchiveAfter, cfg.ArchiveBatch)
 		if err != nil {
-			return report, fmt.Errorf("archive processed outbox rows: %w", err)
+			return report, errors.Join(partitionErr, fmt.Errorf("archive processed outbox rows: %w", err))
 		}
 		report.Archived += tag.RowsAffected()
 		if tag.RowsAffected() < int64(cfg.ArchiveBatch) {
@@ -70,7 +71,7 @@ func Retain(ctx context.Context, pool *pgxpool.Pool, cfg RetentionConfig) (Reten
 	}
 	dropped, err := ArchivePartitionsDrop(ctx, pool, time.Now().Add(-cfg.KeepArchive))
 	report.PartitionsDropped = dropped
-	return report, err
+	return report, errors.Join(partitionErr, err)
 }
 
 var partitionName = regexp.MustCompile(`^outbox_messages_archive_(\d{4})(\d{2})$`)
@@ -93,6 +94,7 @@ func ArchivePartitionsEnsure(ctx context.Context, pool *pgxpool.Pool, now time.T
 	}
 	last := monthStart(now).AddDate(0, monthsAhead, 0)
 	var created []string
+	var errs []error
 	for month := first; !month.After(last); month = month.AddDate(0, 1, 0) {
 		name := fmt.Sprintf("outbox_messages_archive_%04d%02d", month.Year(), int(month.Month()))
 		if existing[name] {
@@ -102,11 +104,13 @@ func ArchivePartitionsEnsure(ctx context.Context, pool *pgxpool.Pool, now time.T
 		ddl := fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s PARTITION OF outbox_messages_archive FOR VALUES FROM ('%s') TO ('%s')",
 			pgx.Identifier{name}.Sanitize(), month.Format("2006-01-02"), month.AddDate(0, 1, 0).Format("2006-01-02"))
 		if _, err := pool.Exec(ctx, ddl); err != nil {
-			return created, fmt.Errorf("create archive partition %s: %w", name, err)
+			// Keep going: one month's problem must not block the others.
+			errs = append(errs, fmt.Errorf("create archive partition %s: %w", name, err))
+			continue
 		}
 		created = append(created, name)
 	}
-	return created, nil
+	return created, errors.Join(errs...)
 }
 
 // ArchivePartitionsDrop drops month partitions whose whole month ended before cutoff.

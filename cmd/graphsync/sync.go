@@ -34,6 +34,7 @@ type syncFlags struct {
 	retentionEvery time.Duration
 	untilCaughtUp  bool
 	notifyTrigger  bool
+	projector      projector.Config
 }
 
 func (f *syncFlags) register(fs *flag.FlagSet) {
@@ -58,6 +59,7 @@ func (f *syncFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.retentionEvery, "retention-every", time.Hour, "run the archive and partition job this often; 0 disables")
 	fs.BoolVar(&f.untilCaughtUp, "until-caught-up", false, "exit 0 once every event that can flow has been applied (for demos and batch runs)")
 	fs.BoolVar(&f.notifyTrigger, "notify-trigger", true, "notify mode: install the outbox NOTIFY trigger at start")
+	fs.DurationVar(&f.projector.TxTimeout, "neo4j-tx-timeout", time.Minute, "server-side timeout of each Neo4j write transaction; a batch that times out is retried later, uncounted")
 }
 
 func runSync(ctx context.Context, args []string) error {
@@ -126,7 +128,7 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	sink, err := projector.New(driver, projector.Config{}, log.Named("projector"))
+	sink, err := projector.New(driver, f.projector, log.Named("projector"))
 	if err != nil {
 		return err
 	}
@@ -160,6 +162,7 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
 		server := &http.Server{Handler: httpHandler(registry, readiness{pool: pgPool, driver: driver, cfg: cfg}), ReadHeaderTimeout: 5 * time.Second}
 		tasks.Go(func(context.Context) error {
 			if err := server.Serve(listener); !errors.Is(err, http.ErrServerClosed) {
+				cancelRun() // a service without /metrics and /readyz must not run on silently
 				return fmt.Errorf("http server: %w", err)
 			}
 			return nil
