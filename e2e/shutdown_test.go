@@ -168,7 +168,7 @@ func (s *stack) waitBlockedInFlight(p *syncProc) []int64 {
 	waitUntil(s.t, startTimeout, p.name+" to claim a batch", func() (bool, string) {
 		ctx, cancel := queryCtx()
 		defer cancel()
-		rows, err := s.pool.Query(ctx, `SELECT id FROM outbox_messages WHERE locked_by = $1 AND processed_at IS NULL ORDER BY id`, p.relayID)
+		rows, err := s.pool.Query(ctx, `SELECT id FROM outbox_messages WHERE split_part(locked_by, '/', 1) = $1 AND processed_at IS NULL ORDER BY id`, p.relayID)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -215,7 +215,7 @@ func (s *stack) leasedBy(relayID string) int64 {
 	ctx, cancel := queryCtx()
 	defer cancel()
 	var n int64
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_messages WHERE locked_by = $1 AND processed_at IS NULL`, relayID).Scan(&n); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_messages WHERE split_part(locked_by, '/', 1) = $1 AND processed_at IS NULL`, relayID).Scan(&n); err != nil {
 		s.t.Fatalf("leased rows: %v", err)
 	}
 	return n
