@@ -45,8 +45,10 @@ func runBacklog(ctx context.Context, st *stack, cfg benchConfig, mode string, ev
 		return result, err
 	}
 	defer func() {
-		if cleanErr := sc.finish(ctx); cleanErr != nil && err == nil {
-			err = cleanErr
+		// A failed clean-up leaves a database or tenants behind: always
+		// reported, beside the scenario's own error if it has one.
+		if cleanErr := sc.finish(ctx); cleanErr != nil {
+			err = errors.Join(err, fmt.Errorf("clean up: %w", cleanErr))
 		}
 	}()
 	log.Info("writing backlog", zap.Int("orders_per_tx", backlogOrdersPerTx))

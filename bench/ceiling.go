@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -197,8 +198,8 @@ func runCeiling(ctx context.Context, st *stack, cfg benchConfig, from throughput
 	defer func() {
 		cleanCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		if cleanErr := st.cleanGraph(cleanCtx, from.tenants); cleanErr != nil && err == nil {
-			err = cleanErr
+		if cleanErr := st.cleanGraph(cleanCtx, from.tenants); cleanErr != nil {
+			err = errors.Join(err, fmt.Errorf("clean up: %w", cleanErr))
 		}
 	}()
 	log.Info("replaying", zap.Int("events", len(from.events)), zap.Int("batches", len(batches)), zap.Int("rounds", ceilingRounds))

@@ -72,8 +72,10 @@ func runLatency(ctx context.Context, st *stack, cfg benchConfig, mode string, lo
 		return result, err
 	}
 	defer func() {
-		if cleanErr := sc.finish(ctx); cleanErr != nil && err == nil {
-			err = cleanErr
+		// A failed clean-up leaves a database or tenants behind: always
+		// reported, beside the scenario's own error if it has one.
+		if cleanErr := sc.finish(ctx); cleanErr != nil {
+			err = errors.Join(err, fmt.Errorf("clean up: %w", cleanErr))
 		}
 	}()
 	if err := sc.startSync(ctx, syncSettings{mode: mode, batchSize: cfg.batchSize, workers: cfg.workers}); err != nil {
