@@ -114,12 +114,12 @@ func ReadStats(ctx context.Context, pool *pgxpool.Pool) (Stats, error) {
 	return s, err
 }
 
-// PendingFlowing counts pending rows that are neither failing nor waiting
-// behind a failing row of their aggregate; zero means caught up.
-func PendingFlowing(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	var n int64
-	if err := pool.QueryRow(ctx, gsql.Query("OutboxPendingFlowing")).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count pending outbox rows: %w", err)
+// PendingFlowing reports whether any pending row is neither failing nor
+// waiting behind a failing row of its aggregate; false means caught up.
+func PendingFlowing(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	var flowing bool
+	if err := pool.QueryRow(ctx, gsql.Query("OutboxPendingFlowing")).Scan(&flowing); err != nil {
+		return false, fmt.Errorf("check pending outbox rows: %w", err)
 	}
-	return n, nil
+	return flowing, nil
 }

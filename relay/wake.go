@@ -31,7 +31,10 @@ type waker struct {
 }
 
 func (r *Relay) newWaker(ctx context.Context) (*waker, error) {
-	w := &waker{r: r, stream: make(chan streamBatch)}
+	// Room for a batch's worth of transactions: while the stream worker
+	// applies one batch, the next one gathers here (unbuffered, the worker
+	// found one transaction waiting and batches shrank to a few rows).
+	w := &waker{r: r, stream: make(chan streamBatch, r.cfg.BatchSize)}
 	switch r.cfg.Wake {
 	case WakePoll:
 	case WakeNotify:

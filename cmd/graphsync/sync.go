@@ -203,12 +203,12 @@ func waitCaughtUp(ctx context.Context, pgPool *pgxpool.Pool, log *zap.Logger) {
 			return
 		case <-ticker.C:
 		}
-		n, err := relay.PendingFlowing(ctx, pgPool)
+		flowing, err := relay.PendingFlowing(ctx, pgPool)
 		if err != nil {
 			log.Warn("could not check progress", zap.Error(err))
 			continue
 		}
-		if n == 0 {
+		if !flowing {
 			log.Info("caught up: every event that can flow was applied")
 			return
 		}

@@ -243,18 +243,21 @@ DO UPDATE SET last_processed_id = EXCLUDED.last_processed_id,
               last_processed_at = now();
 
 -- name: OutboxPendingFlowing
--- Pending rows that are not failing and not waiting behind a failing row of
--- their aggregate: zero means the relay has caught up with everything it can.
-SELECT count(*)
-FROM outbox_messages o
-WHERE o.processed_at IS NULL
-  AND NOT EXISTS (
-    SELECT 1 FROM outbox_messages e
-    WHERE e.tenant_id = o.tenant_id
-      AND e.aggregate_type = o.aggregate_type
-      AND e.aggregate_id = o.aggregate_id
-      AND e.processed_at IS NULL
-      AND e.last_error IS NOT NULL);
+-- Is any pending row neither failing nor waiting behind a failing row of its
+-- aggregate? false means the relay has caught up with everything it can.
+-- EXISTS stops at the first such row: a count would read a whole backlog.
+SELECT EXISTS (
+  SELECT 1
+  FROM outbox_messages o
+  WHERE o.processed_at IS NULL
+    AND NOT EXISTS (
+      SELECT 1 FROM outbox_messages e
+      WHERE e.tenant_id = o.tenant_id
+        AND e.aggregate_type = o.aggregate_type
+        AND e.aggregate_id = o.aggregate_id
+        AND e.processed_at IS NULL
+        AND e.last_error IS NOT NULL
+      OFFSET 0));
 
 -- name: OutboxNotVisible
 -- Of the ids a replication stream named, those this snapshot cannot see yet:
