@@ -16,6 +16,21 @@ func streamOnlyConfig(h *harness, id string) Config {
 	return cfg
 }
 
+// newFailingSink returns a sink that cannot take batches (Neo4j down) until
+// the returned flag is cleared.
+func newFailingSink() (*recordingSink, *atomic.Bool) {
+	sink := newRecordingSink()
+	failing := &atomic.Bool{}
+	failing.Store(true)
+	sink.fail = func() error {
+		if failing.Load() {
+			return errors.New("neo4j down")
+		}
+		return nil
+	}
+	return sink, failing
+}
+
 func (h *harness) confirmedLSN() string {
 	h.t.Helper()
 	var lsn string
@@ -80,15 +95,7 @@ func TestStreamDeliversWithoutFallbackPoll(t *testing.T) {
 // were delivered and marked.
 func TestStreamConfirmsOnlyAfterMarking(t *testing.T) {
 	h := newHarness(t, WakeStream)
-	sink := newRecordingSink()
-	var failing atomic.Bool
-	failing.Store(true)
-	sink.fail = func() error {
-		if failing.Load() {
-			return errors.New("neo4j down")
-		}
-		return nil
-	}
+	sink, failing := newFailingSink()
 	h.start(sink, streamOnlyConfig(h, "relay-confirm"))
 	eventually(t, 10*time.Second, "the stream connected", func() bool {
 		return h.count(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active`, h.slot) == 1
@@ -166,15 +173,7 @@ func TestEnsureAndDropStream(t *testing.T) {
 // the walsender, which waits for us), reconnects, and delivers once it can.
 func TestStreamLetsGoWhenStalled(t *testing.T) {
 	h := newHarness(t, WakeStream)
-	sink := newRecordingSink()
-	var failing atomic.Bool
-	failing.Store(true)
-	sink.fail = func() error {
-		if failing.Load() {
-			return errors.New("neo4j down")
-		}
-		return nil
-	}
+	sink, failing := newFailingSink()
 	cfg := streamOnlyConfig(h, "relay-stall")
 	cfg.StreamStallTimeout = 500 * time.Millisecond
 	h.start(sink, cfg)

@@ -119,4 +119,3 @@ func hostPort(t testing.TB, rawURL string) string {
 	}
 	return parsed.Host
 }
-

@@ -214,7 +214,7 @@ func dropStaleTemplates(ctx context.Context, conn *pgx.Conn, keep string) {
 	}
 	for _, name := range names {
 		conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH IS_TEMPLATE false") //nolint:errcheck // best effort
-		conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize())             //nolint:errcheck // best effort
+		conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize())                  //nolint:errcheck // best effort
 	}
 }
 
