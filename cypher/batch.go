@@ -47,12 +47,7 @@ func (b *Builder) Statements(mut graphmodel.Mutations, current graphmodel.Single
 		if err != nil {
 			return nil, err
 		}
-		rows := upserts[n.Label]
-		if rows == nil {
-			rows = newRowSet()
-			upserts[n.Label] = rows
-		}
-		rows.keepNewest(nodeKey{n.TenantID, n.ID}, n.Guard, map[string]any{
+		rowSetFor(upserts, n.Label).keepNewest(nodeKey{n.TenantID, n.ID}, n.Guard, map[string]any{
 			graphmodel.KeyTenantID: n.TenantID,
 			graphmodel.KeyID:       n.ID,
 			"version":              n.Guard.Version,
@@ -68,12 +63,7 @@ func (b *Builder) Statements(mut graphmodel.Mutations, current graphmodel.Single
 		if err := checkIDs(d.Label, d.TenantID, d.ID); err != nil {
 			return nil, err
 		}
-		rows := deletes[d.Label]
-		if rows == nil {
-			rows = newRowSet()
-			deletes[d.Label] = rows
-		}
-		rows.keepNewest(nodeKey{d.TenantID, d.ID}, d.Guard, map[string]any{
+		rowSetFor(deletes, d.Label).keepNewest(nodeKey{d.TenantID, d.ID}, d.Guard, map[string]any{
 			graphmodel.KeyTenantID: d.TenantID,
 			graphmodel.KeyID:       d.ID,
 			"version":              d.Guard.Version,

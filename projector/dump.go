@@ -68,11 +68,7 @@ func DumpModelGraph(ctx context.Context, driver neo4j.DriverWithContext, model g
 		dump.Nodes, dump.Tombstones, dump.Relationships = nil, nil, nil
 		params := map[string]any{"tenant_id": tenantID}
 		for _, label := range cypher.Labels(model) {
-			result, err := tx.Run(ctx, cypher.DumpNodesQuery(label), params)
-			if err != nil {
-				return nil, err
-			}
-			records, err := result.Collect(ctx)
+			records, err := collect(ctx, tx, cypher.DumpNodesQuery(label), params)
 			if err != nil {
 				return nil, err
 			}
@@ -96,11 +92,7 @@ func DumpModelGraph(ctx context.Context, driver neo4j.DriverWithContext, model g
 			}
 		}
 		for _, r := range model.Relationships {
-			result, err := tx.Run(ctx, cypher.DumpRelsQuery(r), params)
-			if err != nil {
-				return nil, err
-			}
-			records, err := result.Collect(ctx)
+			records, err := collect(ctx, tx, cypher.DumpRelsQuery(r), params)
 			if err != nil {
 				return nil, err
 			}
@@ -207,4 +199,13 @@ func formatValue(v any) string {
 		return "null"
 	}
 	return fmt.Sprintf("%T(%v)", v, v)
+}
+
+// collect runs a read statement and returns all its records.
+func collect(ctx context.Context, tx neo4j.ManagedTransaction, query string, params map[string]any) ([]*neo4j.Record, error) {
+	result, err := tx.Run(ctx, query, params)
+	if err != nil {
+		return nil, err
+	}
+	return result.Collect(ctx)
 }
