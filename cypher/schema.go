@@ -27,8 +27,13 @@ func SchemaStatements(m graphmodel.Model) []string {
 		for i, key := range f.Properties {
 			fields[i] = "n." + key
 		}
-		stmts = append(stmts, fmt.Sprintf("CREATE FULLTEXT INDEX %s IF NOT EXISTS FOR (n:%s) ON EACH [%s]",
-			f.Name, f.Label, strings.Join(fields, ", ")))
+		stmt := fmt.Sprintf("CREATE FULLTEXT INDEX %s IF NOT EXISTS FOR (n:%s) ON EACH [%s]",
+			f.Name, f.Label, strings.Join(fields, ", "))
+		if f.Analyzer != "" {
+			// Validate allows only [a-z0-9_-] in an analyzer name.
+			stmt += fmt.Sprintf(" OPTIONS {indexConfig: {`fulltext.analyzer`: '%s'}}", f.Analyzer)
+		}
+		stmts = append(stmts, stmt)
 	}
 	return stmts
 }
@@ -45,3 +50,12 @@ func nodeLabels(m graphmodel.Model) []string {
 	}
 	return labels
 }
+
+// DefaultFulltextAnalyzer is the analyzer Neo4j gives a fulltext index
+// created without one.
+const DefaultFulltextAnalyzer = "standard-no-stop-words"
+
+// FulltextIndexesQuery lists the fulltext indexes with what decides whether
+// one is still the index the model declares.
+const FulltextIndexesQuery = "SHOW FULLTEXT INDEXES YIELD name, labelsOrTypes, properties, options " +
+	"RETURN name, labelsOrTypes AS labels, properties, options.indexConfig['fulltext.analyzer'] AS analyzer"

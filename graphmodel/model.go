@@ -122,11 +122,20 @@ type Relationship struct {
 	Properties []Property
 }
 
-// Fulltext is a fulltext index over string properties of one label.
+// Fulltext is a fulltext index over string properties of one label, the
+// entry point of GraphRAG retrieval (package retrieve seeds its context from
+// every fulltext index of the model).
 type Fulltext struct {
 	Name       string
 	Label      string
 	Properties []string
+	// Analyzer is the Lucene analyzer Neo4j tokenises both the indexed text
+	// and the query with (CALL db.index.fulltext.listAvailableAnalyzers()).
+	// Default model: "english" (lower case, English stop words, Porter
+	// stemming), so "kettles" finds "Kettle". Empty means Neo4j's default,
+	// standard-no-stop-words. Changing it makes `graphsync migrate` drop and
+	// recreate the index.
+	Analyzer string
 }
 
 // Model is the whole graph schema.
@@ -220,14 +229,21 @@ var Default = Model{
 				{Key: "unit_price_cents", Type: Int, Source: "order_lines.unit_price_cents"},
 			}},
 	},
+	// Product names and descriptions are the text a shopper's or an analyst's
+	// question is about; categories are reached through IN_CATEGORY. No
+	// fulltext index covers a label with personal data (Customer).
 	Fulltext: []Fulltext{
-		{Name: FulltextProductText, Label: LabelProduct, Properties: []string{"name", "description"}},
+		{Name: FulltextProductText, Label: LabelProduct, Properties: []string{"name", "description"}, Analyzer: "english"},
 	},
 }
 
 // identifier is what a label, type, key or index name may look like, so that
 // each can be written into Cypher text without quoting.
 var identifier = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,62}$`)
+
+// analyzerName is what a Lucene analyzer name may look like ("english",
+// "standard-no-stop-words"), so it can be written into index DDL as a literal.
+var analyzerName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
 
 var reservedKeys = []string{KeyTenantID, KeyID, PropVersion, PropOutboxID}
 
@@ -301,6 +317,12 @@ func (m *Model) Validate() error {
 		l, ok := m.Label(f.Label)
 		if !identifier.MatchString(f.Name) || !ok || len(f.Properties) == 0 {
 			return fmt.Errorf("fulltext index %q: bad name or label %q", f.Name, f.Label)
+		}
+		if f.Analyzer != "" && !analyzerName.MatchString(f.Analyzer) {
+			return fmt.Errorf("fulltext index %s: analyzer %q is not a plain analyzer name", f.Name, f.Analyzer)
+		}
+		if l.Role == RoleTenant || len(l.Personal) > 0 {
+			return fmt.Errorf("fulltext index %s: label %s is a tenant label or has personal data", f.Name, f.Label)
 		}
 		for _, key := range f.Properties {
 			if p, ok := l.Property(key); !ok || p.Type != String {

@@ -147,6 +147,9 @@ func EnsureModelSchema(ctx context.Context, driver neo4j.DriverWithContext, mode
 		return fmt.Errorf("ensure schema: %w", err)
 	}
 	opts := []neo4j.ExecuteQueryConfigurationOption{neo4j.ExecuteQueryWithDatabase(database)}
+	if err := dropChangedFulltext(ctx, driver, model, opts); err != nil {
+		return fmt.Errorf("ensure schema: %w", err)
+	}
 	for _, stmt := range cypher.SchemaStatements(model) {
 		_, err := neo4j.ExecuteQuery(ctx, driver, stmt, nil, neo4j.EagerResultTransformer, opts...)
 		if err != nil && !alreadyExists(err) {
@@ -157,6 +160,57 @@ func EnsureModelSchema(ctx context.Context, driver neo4j.DriverWithContext, mode
 		return fmt.Errorf("ensure schema: wait for indexes: %w", err)
 	}
 	return nil
+}
+
+// dropChangedFulltext drops each fulltext index of the model whose label,
+// properties or analyzer differ from what the model declares, so that the
+// IF NOT EXISTS statements that follow create it anew: an index with an
+// older analyzer would otherwise be kept silently and queries analysed with
+// one analyzer would search text indexed with another.
+func dropChangedFulltext(ctx context.Context, driver neo4j.DriverWithContext, model graphmodel.Model, opts []neo4j.ExecuteQueryConfigurationOption) error {
+	if len(model.Fulltext) == 0 {
+		return nil
+	}
+	res, err := neo4j.ExecuteQuery(ctx, driver, cypher.FulltextIndexesQuery, nil, neo4j.EagerResultTransformer, opts...)
+	if err != nil {
+		return fmt.Errorf("list fulltext indexes: %w", err)
+	}
+	existing := map[string]*neo4j.Record{}
+	for _, rec := range res.Records {
+		name, _, _ := neo4j.GetRecordValue[string](rec, "name")
+		existing[name] = rec
+	}
+	for _, f := range model.Fulltext {
+		rec, ok := existing[f.Name]
+		if !ok || fulltextMatches(rec, f) {
+			continue
+		}
+		// f.Name passed graphmodel.Validate: a plain identifier.
+		if _, err := neo4j.ExecuteQuery(ctx, driver, "DROP INDEX "+f.Name+" IF EXISTS", nil, neo4j.EagerResultTransformer, opts...); err != nil {
+			return fmt.Errorf("drop changed fulltext index %s: %w", f.Name, err)
+		}
+	}
+	return nil
+}
+
+// fulltextMatches reports whether a SHOW FULLTEXT INDEXES record is the index f declares.
+func fulltextMatches(rec *neo4j.Record, f graphmodel.Fulltext) bool {
+	labels, _, _ := neo4j.GetRecordValue[[]any](rec, "labels")
+	props, _, _ := neo4j.GetRecordValue[[]any](rec, "properties")
+	analyzer, _, _ := neo4j.GetRecordValue[string](rec, "analyzer")
+	want := f.Analyzer
+	if want == "" {
+		want = cypher.DefaultFulltextAnalyzer
+	}
+	if analyzer != want || len(labels) != 1 || labels[0] != f.Label || len(props) != len(f.Properties) {
+		return false
+	}
+	for i, p := range f.Properties {
+		if props[i] != p {
+			return false
+		}
+	}
+	return true
 }
 
 // alreadyExists: two processes ran the same IF NOT EXISTS statement at once

@@ -104,3 +104,52 @@ func explainParams() map[string]any {
 	}
 	return params
 }
+
+// An installation whose fulltext index was created with another analyzer
+// (or other fields) gets the model's index on the next migrate: an index
+// analysed one way and queried another finds too little.
+func TestEnsureSchemaRecreatesAChangedFulltextIndex(t *testing.T) {
+	_, driver := liveProjector(t)
+	ctx := context.Background()
+	model := graphmodel.Default
+	name := "ft_changed_" + itoa(newIDs(t, driver).tenant)
+	model.Fulltext = []graphmodel.Fulltext{{Name: name, Label: graphmodel.LabelProduct, Properties: []string{"name"}}}
+	t.Cleanup(func() {
+		_, _ = neo4j.ExecuteQuery(context.Background(), driver, "DROP INDEX "+name+" IF EXISTS", nil, neo4j.EagerResultTransformer)
+	})
+	analyzer := func() (string, []any) {
+		t.Helper()
+		result, err := neo4j.ExecuteQuery(ctx, driver, cypher.FulltextIndexesQuery, nil, neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rec := range result.Records {
+			if got, _, _ := neo4j.GetRecordValue[string](rec, "name"); got == name {
+				a, _, _ := neo4j.GetRecordValue[string](rec, "analyzer")
+				props, _, _ := neo4j.GetRecordValue[[]any](rec, "properties")
+				return a, props
+			}
+		}
+		t.Fatalf("fulltext index %s missing", name)
+		return "", nil
+	}
+	if err := EnsureModelSchema(ctx, driver, model, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := analyzer(); got != cypher.DefaultFulltextAnalyzer {
+		t.Fatalf("analyzer %q, want the default", got)
+	}
+	model.Fulltext[0].Analyzer = "english"
+	// Not name and description: product_text covers those, and Neo4j
+	// creates no second index on the same schema.
+	model.Fulltext[0].Properties = []string{"name", "sku"}
+	if err := EnsureModelSchema(ctx, driver, model, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got, props := analyzer(); got != "english" || len(props) != 2 {
+		t.Fatalf("after the model changed: analyzer %q, properties %v; want english on name, sku", got, props)
+	}
+	if err := EnsureModelSchema(ctx, driver, model, ""); err != nil {
+		t.Fatalf("third EnsureModelSchema: %v", err)
+	}
+}

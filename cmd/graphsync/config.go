@@ -48,6 +48,34 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		}
 		return usageError{err.Error()}
 	}
+	return fillFromEnv(fs)
+}
+
+// parseFlagsAndWords is parseFlags for a command whose positional words may
+// stand between its flags (`context --tenant 1 wireless speaker --format
+// json`): it returns the words in order.
+func parseFlagsAndWords(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(os.Stderr)
+	var words []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, usageError{err.Error()}
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		words = append(words, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	return words, fillFromEnv(fs)
+}
+
+// fillFromEnv sets every flag not given on the command line from
+// GRAPHSYNC_<NAME>.
+func fillFromEnv(fs *flag.FlagSet) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var errs []error

@@ -15,6 +15,7 @@ import (
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
 	"graphsync/relay"
+	"graphsync/retrieve"
 	"graphsync/workload"
 )
 
@@ -33,6 +34,7 @@ func runDemo(ctx context.Context, args []string) error {
 	fs.IntVar(&w.Writers, "writers", 4, "concurrent writers")
 	fs.IntVar(&w.OrdersPerTx, "orders-per-tx", 1, "orders per transaction (1 = one business change per transaction)")
 	noSync := fs.Bool("no-sync", false, "only write the workload")
+	question := fs.String("question", "a wireless speaker or a kettle", "question whose graph context ends the demo (empty: none)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -73,7 +75,16 @@ func runDemo(ctx context.Context, args []string) error {
 		return err
 	}
 	defer driver.Close(ctx)
-	return printSummary(ctx, os.Stdout, pool, driver, report.TenantIDs)
+	if err := printSummary(ctx, os.Stdout, pool, driver, report.TenantIDs); err != nil {
+		return err
+	}
+	if *question == "" || len(report.TenantIDs) == 0 {
+		return nil
+	}
+	// The point of the graph: what GraphRAG retrieval hands an LLM.
+	tenant := report.TenantIDs[0]
+	fmt.Printf("\ndemo: graphsync context --tenant %d %q\n\n", tenant, *question)
+	return writeContext(ctx, os.Stdout, driver, retrieve.Config{}, retrieve.FormatMarkdown, tenant, *question)
 }
 
 func runSummary(ctx context.Context, args []string) error {

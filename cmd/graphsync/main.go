@@ -9,6 +9,7 @@
 //	graphsync retention          archive processed rows, keep archive partitions
 //	graphsync stream drop        drop the stream mode's slot and publication
 //	graphsync notify enable|disable
+//	graphsync context --tenant N "question"   tenant-safe GraphRAG context
 //
 // Every flag has an environment variable (GRAPHSYNC_<FLAG>, upper-case,
 // dashes as underscores); a flag given on the command line wins.
@@ -38,6 +39,7 @@ var commands = map[string]command{
 	"retention": {"archive processed rows and keep archive partitions", runRetention},
 	"stream":    {"stream drop: drop the replication slot and publication", runStream},
 	"notify":    {"notify enable|disable: the outbox NOTIFY trigger", runNotify},
+	"context":   {"print the graph context of a question for one tenant (GraphRAG retrieval)", runContext},
 }
 
 func main() {

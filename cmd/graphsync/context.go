@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+
+	"graphsync/retrieve"
+)
+
+// contextFlags are the settings of `graphsync context`.
+type contextFlags struct {
+	tenant   int64
+	format   string
+	topK     int
+	hops     int
+	maxChars int
+}
+
+func (f *contextFlags) register(fs *flag.FlagSet) {
+	fs.Int64Var(&f.tenant, "tenant", 0, "tenant whose graph is searched (required)")
+	fs.StringVar(&f.format, "format", "markdown", "markdown or json (neo4j-graphrag's RetrieverResult shape)")
+	fs.IntVar(&f.topK, "top-k", 5, fmt.Sprintf("seed nodes taken from the fulltext index, best first (1-%d)", retrieve.MaxTopK))
+	fs.IntVar(&f.hops, "hops", retrieve.MaxHops, "expansion: 0 seeds only, 1 + category and orders, 2 + bought together and buyer segments/countries")
+	fs.IntVar(&f.maxChars, "max-chars", 4000, fmt.Sprintf("budget of context characters, most relevant first (at least %d)", retrieve.MinMaxChars))
+}
+
+// config checks the flags and turns them into a retrieve.Config.
+func (f *contextFlags) config() (retrieve.Config, retrieve.Format, error) {
+	format, err := retrieve.ParseFormat(f.format)
+	if err != nil {
+		return retrieve.Config{}, "", usageError{err.Error()}
+	}
+	if f.tenant <= 0 {
+		return retrieve.Config{}, "", usageError{"--tenant is required: the id of the tenant whose graph is searched"}
+	}
+	cfg := retrieve.Config{TopK: f.topK, Hops: f.hops, NoHops: f.hops == 0, MaxChars: f.maxChars}
+	if f.topK == 0 {
+		cfg.TopK = -1 // zero is no default here: the flag said 0
+	}
+	return cfg, format, nil
+}
+
+// runContext prints the graph context of a question for one tenant.
+func runContext(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("context", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: graphsync context --tenant N [--format markdown|json] [--top-k K] [--hops H] [--max-chars N] \"question text\"")
+		fs.PrintDefaults()
+	}
+	var conn connFlags
+	conn.register(fs, true)
+	var f contextFlags
+	f.register(fs)
+	words, err := parseFlagsAndWords(fs, args)
+	if err != nil {
+		return err
+	}
+	cfg, format, err := f.config()
+	if err != nil {
+		return err
+	}
+	question := strings.Join(words, " ")
+	if len(retrieve.QuestionTerms(question)) == 0 {
+		return usageError{"give a question with at least one word, e.g. graphsync context --tenant 1 \"wireless speaker\""}
+	}
+	driver, err := conn.openNeo4j(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer driver.Close(ctx)
+	return writeContext(ctx, os.Stdout, driver, cfg, format, f.tenant, question)
+}
+
+// writeContext retrieves and renders one question's context.
+func writeContext(ctx context.Context, out io.Writer, driver neo4j.DriverWithContext, cfg retrieve.Config, format retrieve.Format, tenant int64, question string) error {
+	r, err := retrieve.New(driver, cfg)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	res, err := r.Retrieve(ctx, tenant, question)
+	switch {
+	case errors.Is(err, retrieve.ErrUnknownTenant):
+		return usageError{fmt.Sprintf("tenant %d has no nodes in the graph (is the id right, and has sync run?)", tenant)}
+	case errors.Is(err, retrieve.ErrNoSearchTerms):
+		return usageError{err.Error()}
+	case err != nil:
+		return fmt.Errorf("context: %s", redactText(err.Error()))
+	}
+	return res.Write(out, format)
+}

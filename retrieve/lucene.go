@@ -1,0 +1,77 @@
+package retrieve
+
+import (
+	"errors"
+	"strings"
+	"unicode"
+)
+
+// MaxQuestionTerms bounds the words of a question that reach the index: a
+// question is a handful of words, and Lucene refuses a query of more than
+// 1024 clauses. Later words are ignored.
+const MaxQuestionTerms = 64
+
+// maxTermRunes bounds one word; longer runs of letters are no word a product
+// text holds and would only make the query large.
+const maxTermRunes = 64
+
+// ErrNoSearchTerms is returned for a question with no letter or digit in it.
+var ErrNoSearchTerms = errors.New("the question has no words to search for (letters or digits)")
+
+// luceneSpecial are the characters Lucene's classic query parser gives a
+// meaning; a term holding one is escaped with a backslash.
+const luceneSpecial = `+-&|!(){}[]^"~*?:\/`
+
+// QuestionTerms splits a question into its distinct lower-case words: runs of
+// Unicode letters and digits. Everything else (quotes, operators, wildcards,
+// Cypher fragments) only separates words, so any input is a search and never
+// Lucene or Cypher syntax.
+func QuestionTerms(question string) []string {
+	var terms []string
+	seen := map[string]bool{}
+	for _, word := range strings.FieldsFunc(question, func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsDigit(r)
+	}) {
+		word = strings.ToLower(word)
+		if runes := []rune(word); len(runes) > maxTermRunes {
+			word = string(runes[:maxTermRunes])
+		}
+		if seen[word] {
+			continue
+		}
+		seen[word] = true
+		terms = append(terms, word)
+		if len(terms) == MaxQuestionTerms {
+			break
+		}
+	}
+	return terms
+}
+
+// LuceneQuery turns a question into a fulltext query: its words, each
+// escaped, any of which may match (Lucene's default OR). Lower-casing turns
+// AND, OR and NOT into plain words.
+func LuceneQuery(question string) (string, error) {
+	terms := QuestionTerms(question)
+	if len(terms) == 0 {
+		return "", ErrNoSearchTerms
+	}
+	for i, term := range terms {
+		terms[i] = escapeLucene(term)
+	}
+	return strings.Join(terms, " "), nil
+}
+
+// escapeLucene backslash-escapes Lucene's special characters. QuestionTerms
+// leaves none in a word; escaping anyway keeps the query safe if the word
+// rule ever widens.
+func escapeLucene(term string) string {
+	var b strings.Builder
+	for _, r := range term {
+		if strings.ContainsRune(luceneSpecial, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

@@ -1,0 +1,435 @@
+package retrieve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+
+	"graphsync/graphmodel"
+)
+
+// Limits of the settings.
+const (
+	MaxTopK     = 100
+	MaxHops     = 2
+	MinMaxChars = 200
+)
+
+// ErrUnknownTenant is returned for a tenant the graph holds nothing of.
+var ErrUnknownTenant = errors.New("the graph has no such tenant")
+
+// Config tunes a Retriever. The zero value is ready to use.
+type Config struct {
+	// TopK is how many seed nodes the fulltext indexes contribute, the best
+	// scoring first. Default: 5; at most MaxTopK.
+	TopK int
+	// Hops is how far the seeds are expanded: 0, the seeds alone; 1, their
+	// category and the orders that contain them (counted by status, with
+	// units); 2, also the products bought together with them (through
+	// orders) and their buyers' segments and countries (counted). Default: 2.
+	// Use NoHops for 0.
+	Hops int
+	// NoHops asks for the seeds alone (Hops 0, which the zero value cannot say).
+	NoHops bool
+	// MaxChars bounds the characters of context (the items' content), most
+	// relevant first. Default: 4000; at least MinMaxChars.
+	MaxChars int
+	// Related is how many products bought together are listed per seed.
+	// Default: 5.
+	Related int
+	// Database is the Neo4j database read. Default: "" (the server's default).
+	Database string
+	// Model is the graph model whose fulltext indexes and allowlist are used.
+	// Default: graphmodel.Default.
+	Model *graphmodel.Model
+	// Timeout bounds one retrieval. Default: 30s.
+	Timeout time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.TopK == 0 {
+		c.TopK = 5
+	}
+	if c.NoHops {
+		c.Hops = 0
+	} else if c.Hops == 0 {
+		c.Hops = MaxHops
+	}
+	if c.MaxChars == 0 {
+		c.MaxChars = 4000
+	}
+	if c.Related == 0 {
+		c.Related = 5
+	}
+	if c.Model == nil {
+		c.Model = &graphmodel.Default
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 30 * time.Second
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.TopK < 1 || c.TopK > MaxTopK:
+		return fmt.Errorf("top-k must be between 1 and %d, got %d", MaxTopK, c.TopK)
+	case c.Hops < 0 || c.Hops > MaxHops:
+		return fmt.Errorf("hops must be between 0 and %d, got %d", MaxHops, c.Hops)
+	case c.MaxChars < MinMaxChars:
+		return fmt.Errorf("max-chars must be at least %d, got %d", MinMaxChars, c.MaxChars)
+	case c.Related < 1:
+		return fmt.Errorf("related must be at least 1, got %d", c.Related)
+	}
+	if err := c.Model.Validate(); err != nil {
+		return fmt.Errorf("graph model: %w", err)
+	}
+	if len(c.Model.Fulltext) == 0 {
+		return errors.New("graph model declares no fulltext index to seed retrieval from")
+	}
+	return nil
+}
+
+// Retriever reads tenant-scoped context from the graph.
+type Retriever struct {
+	driver neo4j.DriverWithContext
+	cfg    Config
+}
+
+// New returns a Retriever, or an error naming the setting that is wrong.
+func New(driver neo4j.DriverWithContext, cfg Config) (*Retriever, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("retrieve config: %w", err)
+	}
+	return &Retriever{driver: driver, cfg: cfg}, nil
+}
+
+// Seed is one node a fulltext index found, with what the expansion found
+// around it.
+type Seed struct {
+	Index string
+	Label string
+	ID    int64
+	Score float64
+	// Props holds the node's allowlisted properties only.
+	Props map[string]any
+	// Expanded is true when the seed was expanded (Hops >= 1 and a product).
+	Expanded bool
+	Category *Ref
+	// Orders counts the orders that contain the product; OrderStatus and
+	// Units break them down.
+	Orders      int64
+	Units       int64
+	OrderStatus []Count
+	// Together lists products bought in the same orders, most orders first.
+	Together []Related
+	// Segments and Countries count the distinct customers who ordered it.
+	Segments  []Count
+	Countries []Count
+}
+
+// Ref names a node.
+type Ref struct {
+	Label string
+	ID    int64
+	Name  string
+}
+
+// Related is a product bought together with a seed, in Orders orders.
+type Related struct {
+	Ref
+	Orders int64
+}
+
+// Count is a value and how often it occurs.
+type Count struct {
+	Value string
+	N     int64
+}
+
+// Result is one retrieval: the seeds found, and the ranked, trimmed items.
+type Result struct {
+	TenantID    int64
+	Question    string
+	LuceneQuery string
+	Indexes     []string
+	TopK        int
+	Hops        int
+	MaxChars    int
+	// Seeds are every seed found, best first, before trimming.
+	Seeds []Seed
+	// Items are what fits in MaxChars, most relevant first.
+	Items []Item
+	// Chars is the characters of context the items hold.
+	Chars int
+	// Truncated is true when the budget left something out.
+	Truncated bool
+}
+
+// Retrieve returns the context of question for tenantID. The question can be
+// any text: it reaches Neo4j only as an escaped Lucene query in a parameter.
+func (r *Retriever) Retrieve(ctx context.Context, tenantID int64, question string) (*Result, error) {
+	query, err := LuceneQuery(question)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	res := &Result{TenantID: tenantID, Question: question, LuceneQuery: query,
+		TopK: r.cfg.TopK, Hops: r.cfg.Hops, MaxChars: r.cfg.MaxChars}
+	for _, f := range r.cfg.Model.Fulltext {
+		res.Indexes = append(res.Indexes, f.Name)
+	}
+
+	session := r.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeRead, DatabaseName: r.cfg.Database})
+	defer func() {
+		// The request's context may be done; closing must still return the
+		// connection to the pool.
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = session.Close(closeCtx)
+	}()
+	_, err = session.ExecuteRead(ctx, func(tx neo4j.ManagedTransaction) (any, error) {
+		res.Seeds = nil
+		if err := r.checkTenant(ctx, tx, tenantID); err != nil {
+			return nil, err
+		}
+		seeds, err := r.findSeeds(ctx, tx, tenantID, query)
+		if err != nil {
+			return nil, err
+		}
+		if r.cfg.Hops > 0 {
+			if err := r.expand(ctx, tx, tenantID, seeds); err != nil {
+				return nil, err
+			}
+		}
+		res.Seeds = seeds
+		return nil, nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrUnknownTenant) {
+			return nil, fmt.Errorf("tenant %d: %w", tenantID, ErrUnknownTenant)
+		}
+		return nil, fmt.Errorf("read the graph: %w", err)
+	}
+	res.Items, res.Chars, res.Truncated = rank(res.Seeds, r.cfg.Hops, r.cfg.MaxChars)
+	return res, nil
+}
+
+func (r *Retriever) checkTenant(ctx context.Context, tx neo4j.ManagedTransaction, tenantID int64) error {
+	tenantLabel := ""
+	for _, l := range r.cfg.Model.Labels {
+		if l.Role == graphmodel.RoleTenant {
+			tenantLabel = l.Name
+		}
+	}
+	result, err := tx.Run(ctx, "MATCH (t:"+tenantLabel+" {tenant_id: $tenant, id: $tenant}) RETURN count(t) AS n",
+		map[string]any{"tenant": tenantID})
+	if err != nil {
+		return err
+	}
+	rec, err := result.Single(ctx)
+	if err != nil {
+		return err
+	}
+	if n, _, _ := neo4j.GetRecordValue[int64](rec, "n"); n == 0 {
+		return ErrUnknownTenant
+	}
+	return nil
+}
+
+// seedQuery finds a tenant's best matches. The tenant filter runs on the
+// index's hits before ORDER BY and LIMIT, so the top-k are this tenant's top
+// k however many better matches other tenants have.
+const seedQuery = `CALL db.index.fulltext.queryNodes($index, $query) YIELD node, score
+WHERE node.tenant_id = $tenant
+RETURN node.id AS id, labels(node) AS labels, properties(node) AS props, score
+ORDER BY score DESC, id ASC
+LIMIT $topK`
+
+func (r *Retriever) findSeeds(ctx context.Context, tx neo4j.ManagedTransaction, tenantID int64, query string) ([]Seed, error) {
+	var seeds []Seed
+	for _, f := range r.cfg.Model.Fulltext {
+		label, _ := r.cfg.Model.Label(f.Label)
+		result, err := tx.Run(ctx, seedQuery, map[string]any{
+			"index": f.Name, "query": query, "tenant": tenantID, "topK": int64(r.cfg.TopK)})
+		if err != nil {
+			return nil, fmt.Errorf("fulltext index %s: %w", f.Name, err)
+		}
+		records, err := result.Collect(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("fulltext index %s: %w", f.Name, err)
+		}
+		for _, rec := range records {
+			id, _, _ := neo4j.GetRecordValue[int64](rec, "id")
+			score, _, _ := neo4j.GetRecordValue[float64](rec, "score")
+			props, _, _ := neo4j.GetRecordValue[map[string]any](rec, "props")
+			seeds = append(seeds, Seed{Index: f.Name, Label: label.Name, ID: id, Score: score, Props: allowlisted(label, props)})
+		}
+	}
+	sort.SliceStable(seeds, func(i, j int) bool {
+		if seeds[i].Score != seeds[j].Score {
+			return seeds[i].Score > seeds[j].Score
+		}
+		return seeds[i].ID < seeds[j].ID
+	})
+	if len(seeds) > r.cfg.TopK {
+		seeds = seeds[:r.cfg.TopK]
+	}
+	return seeds, nil
+}
+
+// allowlisted keeps the properties the model allowlists for label: a
+// property that slipped into the graph outside the allowlist (personal data,
+// say) is never read out.
+func allowlisted(label graphmodel.Label, props map[string]any) map[string]any {
+	kept := map[string]any{}
+	for _, p := range label.Properties {
+		if v, ok := props[p.Key]; ok && v != nil {
+			kept[p.Key] = v
+		}
+	}
+	return kept
+}
+
+// expandQuery aggregates what lies around product seeds, one row per seed.
+// Every node and relationship is matched on the tenant too: relationships
+// never cross tenants, and the read side does not rely on it.
+var expandQuery = fmt.Sprintf(`UNWIND $ids AS productId
+MATCH (p:%[1]s {tenant_id: $tenant, id: productId})
+CALL (p) {
+  OPTIONAL MATCH (p)-[:%[2]s {tenant_id: $tenant}]->(c:%[3]s {tenant_id: $tenant})
+  RETURN c.id AS categoryId, c.name AS categoryName
+  ORDER BY categoryId LIMIT 1
+}
+CALL (p) {
+  OPTIONAL MATCH (o:%[4]s {tenant_id: $tenant})-[l:%[5]s {tenant_id: $tenant}]->(p)
+  WITH o, sum(l.quantity) AS units
+  WHERE o IS NOT NULL
+  WITH o.status AS status, count(o) AS orders, sum(units) AS units
+  RETURN collect({status: status, orders: orders, units: units}) AS byStatus
+}
+CALL (p) {
+  OPTIONAL MATCH (p)<-[:%[5]s {tenant_id: $tenant}]-(o:%[4]s {tenant_id: $tenant})-[:%[5]s {tenant_id: $tenant}]->(q:%[1]s {tenant_id: $tenant})
+  WHERE $hops >= 2 AND q <> p
+  WITH q, count(DISTINCT o) AS orders
+  WHERE q IS NOT NULL
+  ORDER BY orders DESC, q.id ASC
+  LIMIT $related
+  RETURN collect({id: q.id, name: q.name, orders: orders}) AS together
+}
+CALL (p) {
+  OPTIONAL MATCH (p)<-[:%[5]s {tenant_id: $tenant}]-(o:%[4]s {tenant_id: $tenant})<-[:%[6]s {tenant_id: $tenant}]-(c:%[7]s {tenant_id: $tenant})
+  WHERE $hops >= 2
+  WITH DISTINCT c
+  WHERE c IS NOT NULL
+  WITH c.segment AS segment, c.country_code AS country, count(*) AS customers
+  RETURN collect({segment: segment, country: country, customers: customers}) AS buyers
+}
+RETURN p.id AS id, categoryId, categoryName, byStatus, together, buyers`,
+	graphmodel.LabelProduct, graphmodel.RelInCategory, graphmodel.LabelCategory,
+	graphmodel.LabelOrder, graphmodel.RelContains, graphmodel.RelPlaced, graphmodel.LabelCustomer)
+
+func (r *Retriever) expand(ctx context.Context, tx neo4j.ManagedTransaction, tenantID int64, seeds []Seed) error {
+	var ids []int64
+	byID := map[int64]*Seed{}
+	for i := range seeds {
+		if seeds[i].Label == graphmodel.LabelProduct {
+			ids = append(ids, seeds[i].ID)
+			byID[seeds[i].ID] = &seeds[i]
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	result, err := tx.Run(ctx, expandQuery, map[string]any{
+		"ids": ids, "tenant": tenantID, "hops": int64(r.cfg.Hops), "related": int64(r.cfg.Related)})
+	if err != nil {
+		return fmt.Errorf("expand seeds: %w", err)
+	}
+	records, err := result.Collect(ctx)
+	if err != nil {
+		return fmt.Errorf("expand seeds: %w", err)
+	}
+	for _, rec := range records {
+		id, _, _ := neo4j.GetRecordValue[int64](rec, "id")
+		seed := byID[id]
+		if seed == nil {
+			continue
+		}
+		seed.Expanded = true
+		if categoryID, isNil, _ := neo4j.GetRecordValue[int64](rec, "categoryId"); !isNil {
+			name, _, _ := neo4j.GetRecordValue[string](rec, "categoryName")
+			seed.Category = &Ref{Label: graphmodel.LabelCategory, ID: categoryID, Name: name}
+		}
+		byStatus, _, _ := neo4j.GetRecordValue[[]any](rec, "byStatus")
+		for _, v := range byStatus {
+			m, _ := v.(map[string]any)
+			orders := asInt(m["orders"])
+			seed.Orders += orders
+			seed.Units += asInt(m["units"])
+			seed.OrderStatus = append(seed.OrderStatus, Count{Value: asString(m["status"]), N: orders})
+		}
+		sortCounts(seed.OrderStatus)
+		together, _, _ := neo4j.GetRecordValue[[]any](rec, "together")
+		for _, v := range together {
+			m, _ := v.(map[string]any)
+			seed.Together = append(seed.Together, Related{
+				Ref:    Ref{Label: graphmodel.LabelProduct, ID: asInt(m["id"]), Name: asString(m["name"])},
+				Orders: asInt(m["orders"])})
+		}
+		sort.SliceStable(seed.Together, func(i, j int) bool {
+			if seed.Together[i].Orders != seed.Together[j].Orders {
+				return seed.Together[i].Orders > seed.Together[j].Orders
+			}
+			return seed.Together[i].ID < seed.Together[j].ID
+		})
+		buyers, _, _ := neo4j.GetRecordValue[[]any](rec, "buyers")
+		segments, countries := map[string]int64{}, map[string]int64{}
+		for _, v := range buyers {
+			m, _ := v.(map[string]any)
+			n := asInt(m["customers"])
+			segments[asString(m["segment"])] += n
+			countries[asString(m["country"])] += n
+		}
+		seed.Segments, seed.Countries = counts(segments), counts(countries)
+	}
+	return nil
+}
+
+func asInt(v any) int64 {
+	n, _ := v.(int64)
+	return n
+}
+
+// asString returns a string value, or "unknown" for a missing one.
+func asString(v any) string {
+	if s, ok := v.(string); ok && s != "" {
+		return s
+	}
+	return "unknown"
+}
+
+func counts(m map[string]int64) []Count {
+	var out []Count
+	for value, n := range m {
+		out = append(out, Count{Value: value, N: n})
+	}
+	sortCounts(out)
+	return out
+}
+
+// sortCounts orders the most frequent first, then by value.
+func sortCounts(c []Count) {
+	sort.Slice(c, func(i, j int) bool {
+		if c[i].N != c[j].N {
+			return c[i].N > c[j].N
+		}
+		return c[i].Value < c[j].Value
+	})
+}

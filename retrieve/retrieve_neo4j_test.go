@@ -1,0 +1,217 @@
+package retrieve
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"graphsync/events"
+	"graphsync/projector"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func TestContextOfAFixedShop(t *testing.T) {
+	g := newTenantGraph(t)
+	g.shop()
+	res, err := retriever(t, g.driver, Config{}).Retrieve(context.Background(), g.tenant, "an electric kettle?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Items) != 1 || res.Items[0].Seed.ID != g.id(11) {
+		t.Fatalf("items = %+v, want the kettle alone", res.Items)
+	}
+	seed := res.Items[0].Seed
+	if seed.Category == nil || seed.Category.Name != "Kitchen" {
+		t.Errorf("category = %+v, want Kitchen", seed.Category)
+	}
+	if seed.Orders != 3 || seed.Units != 4 {
+		t.Errorf("orders %d, units %d; want 3 orders, 4 units", seed.Orders, seed.Units)
+	}
+	if len(seed.Together) != 2 || seed.Together[0].ID != g.id(13) || seed.Together[0].Orders != 2 || seed.Together[1].ID != g.id(12) {
+		t.Errorf("bought together = %+v, want the grinder (2 orders) then the speaker (1)", seed.Together)
+	}
+	// The english analyzer stems: a plural finds the singular.
+	stemmed, err := retriever(t, g.driver, Config{NoHops: true}).Retrieve(context.Background(), g.tenant, "KETTLES")
+	if err != nil || len(stemmed.Seeds) != 1 || stemmed.Seeds[0].ID != g.id(11) {
+		t.Errorf("\"KETTLES\" found %+v (err %v), want the kettle", stemmed, err)
+	}
+	for _, format := range []Format{FormatMarkdown, FormatJSON} {
+		var out bytes.Buffer
+		if err := res.Write(&out, format); err != nil {
+			t.Fatal(err)
+		}
+		golden(t, "shop."+string(format)+".golden", normalise(g, out.String()))
+	}
+}
+
+// normalise replaces a fixture's random tenant and ids with their numbers in
+// the fixture, and scores (which depend on every document in the shared
+// index) with a placeholder.
+func normalise(g *tenantGraph, text string) string {
+	text = regexp.MustCompile(`\d{10,}`).ReplaceAllStringFunc(text, func(s string) string {
+		n, err := strconv.ParseInt(s, 10, 64)
+		switch {
+		case err != nil:
+			return s
+		case n == g.tenant:
+			return "TENANT"
+		case n > g.base && n < g.base+1000:
+			return "ID" + strconv.FormatInt(n-g.base, 10)
+		}
+		return s
+	})
+	text = regexp.MustCompile(`"score": [0-9.e+-]+`).ReplaceAllString(text, `"score": SCORE`)
+	return regexp.MustCompile(`score \d+\.\d+`).ReplaceAllString(text, "score SCORE")
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to write it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from the golden file:\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+// A question whose words occur only in tenant B's products finds nothing in
+// tenant A, whatever top-k: the tenant filter runs before the limit, so B's
+// better matches can never crowd A's out, nor B's appear.
+func TestTenantFilterRunsBeforeTheLimit(t *testing.T) {
+	a, b := newTenantGraph(t), newTenantGraph(t)
+	a.shop()
+	// B has many products matching "zanzibar"; A has one matching only
+	// "kettle", which B's products also match, better.
+	var bProducts []events.Event
+	for n := int64(1); n <= 12; n++ {
+		bProducts = append(bProducts, events.ProductCreated{ProductState: b.product(100+n, 1,
+			"Zanzibar Kettle "+strconv.FormatInt(n, 10), "Zanzibar kettle, zanzibar style.", 0, "", 1000)})
+	}
+	b.apply(bProducts...)
+	ctx := context.Background()
+	for _, topK := range []int{1, 2, 5, 11, 12, 50, MaxTopK} {
+		r := retriever(t, a.driver, Config{TopK: topK})
+		res, err := r.Retrieve(ctx, a.tenant, "zanzibar")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Seeds) != 0 {
+			t.Errorf("top-k %d: tenant A got %d seeds for a word only tenant B has: %+v", topK, len(res.Seeds), res.Seeds)
+		}
+		res, err = r.Retrieve(ctx, a.tenant, "zanzibar kettle")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Seeds) != 1 || res.Seeds[0].ID != a.id(11) {
+			t.Errorf("top-k %d: tenant A's kettle not found behind tenant B's better matches: %+v", topK, res.Seeds)
+		}
+		res, err = r.Retrieve(ctx, b.tenant, "zanzibar")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := min(topK, 12); len(res.Seeds) != want {
+			t.Errorf("top-k %d: tenant B got %d seeds, want %d", topK, len(res.Seeds), want)
+		}
+		var out bytes.Buffer
+		if err := res.WriteJSON(&out); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out.String(), strconv.FormatInt(a.tenant, 10)) || strings.Contains(out.String(), "Electric") {
+			t.Errorf("top-k %d: tenant B's context mentions tenant A", topK)
+		}
+	}
+}
+
+// Questions shaped like Lucene syntax or Cypher injection are searches: a
+// result or a clear error, never a crash, and the graph is unchanged.
+func TestHostileQuestions(t *testing.T) {
+	g := newTenantGraph(t)
+	g.shop()
+	ctx := context.Background()
+	before, err := projector.DumpGraph(ctx, g.driver, g.tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := retriever(t, g.driver, Config{})
+	questions := []string{`"`, `*`, `~`, `AND OR`, `NOT`, `kettle AND OR NOT`, `'}) DETACH DELETE n //`,
+		`"}) MATCH (n) DETACH DELETE n RETURN 1 //`, `kettle~0.5 speak* "deep bass`, `name:kettle^10 OR tenant_id:1`,
+		`\`, `(`, `[a TO z]`, `/regex/`, strings.Repeat("kettle speaker grinder ", 10_000/23+1), "",
+		"   ", "Wasserkocher für Tee ☕ 电水壶 чайник", "kettle\x00", "\u202ekettle"}
+	for _, q := range questions {
+		res, err := r.Retrieve(ctx, g.tenant, q)
+		if err != nil {
+			if !errors.Is(err, ErrNoSearchTerms) {
+				t.Errorf("question %.40q: %v", q, err)
+			}
+			continue
+		}
+		var out bytes.Buffer
+		if err := res.WriteMarkdown(&out); err != nil {
+			t.Errorf("question %.40q: render: %v", q, err)
+		}
+	}
+	after, err := projector.DumpGraph(ctx, g.driver, g.tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.String() != after.String() {
+		t.Errorf("the graph changed:\nbefore\n%s\nafter\n%s", before, after)
+	}
+	if _, err := r.Retrieve(ctx, g.tenant, `'}) DETACH DELETE n //`); err != nil {
+		t.Errorf("an injection-shaped question with words is a search: %v", err)
+	}
+}
+
+func TestUnknownTenant(t *testing.T) {
+	g := newTenantGraph(t)
+	g.shop()
+	_, err := retriever(t, g.driver, Config{}).Retrieve(context.Background(), g.tenant+1, "kettle")
+	if !errors.Is(err, ErrUnknownTenant) {
+		t.Fatalf("err = %v, want ErrUnknownTenant", err)
+	}
+}
+
+func TestBudgetKeepsTheBestFirst(t *testing.T) {
+	g := newTenantGraph(t)
+	g.shop()
+	ctx := context.Background()
+	full, err := retriever(t, g.driver, Config{}).Retrieve(ctx, g.tenant, "kettle speaker grinder coffee")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(full.Items) != 3 || full.Truncated {
+		t.Fatalf("untrimmed: %d items, truncated %v", len(full.Items), full.Truncated)
+	}
+	small, err := retriever(t, g.driver, Config{MaxChars: MinMaxChars}).Retrieve(ctx, g.tenant, "kettle speaker grinder coffee")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !small.Truncated || small.Chars > MinMaxChars || len(small.Items) == 0 {
+		t.Fatalf("trimmed: truncated %v, %d chars, %d items", small.Truncated, small.Chars, len(small.Items))
+	}
+	if small.Items[0].Seed.ID != full.Items[0].Seed.ID || small.Items[0].Lines[0].Text != full.Items[0].Lines[0].Text {
+		t.Errorf("the budget did not keep the best seed's first line: %+v", small.Items[0])
+	}
+	seedsOnly, err := retriever(t, g.driver, Config{NoHops: true}).Retrieve(ctx, g.tenant, "kettle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seedsOnly.Items) != 1 || len(seedsOnly.Items[0].Lines) != 1 || seedsOnly.Items[0].Seed.Expanded {
+		t.Errorf("hops 0 expanded the seed: %+v", seedsOnly.Items)
+	}
+}
