@@ -13,7 +13,7 @@ GO ?= go
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 ENV_FILE := .local/services.env
 
-.PHONY: build services-up services-down services-status test test-unit test-e2e demo bench bench-relay vet clean
+.PHONY: build services-up services-down services-status test test-unit test-e2e demo bench bench-relay bench-context vet clean
 
 build:
 	$(GO) build -o bin/graphsync ./cmd/graphsync
@@ -64,6 +64,11 @@ bench-relay: services-up
 # peak RSS with large backlogs, and the plain UNWIND ... MERGE ceiling.
 bench: services-up build
 	. $(ENV_FILE) && $(GO) run ./bench
+
+# GraphRAG retrieval: p50/p99 of graphsync context on a 1M-node graph for 100
+# questions, beside the bare tenant-filtered fulltext query of the same run.
+bench-context: services-up
+	. $(ENV_FILE) && $(GO) test -run '^$$' -bench BenchmarkContext -benchtime 1x -timeout 60m ./retrieve -args -context-nodes=$${CONTEXT_NODES:-1000000}
 
 clean:
 	rm -rf bin e2e/neo4j/target

@@ -44,8 +44,8 @@ func (res *Result) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Graph context\n\n")
 	fmt.Fprintf(&b, "Question: %q  \n", oneLine(res.Question))
-	fmt.Fprintf(&b, "Tenant %d · %s · top-k %d · hops %d · index %s · %d of %d characters",
-		res.TenantID, plural(int64(len(res.Items)), "matching node"), res.TopK, res.Hops, strings.Join(res.Indexes, ", "), res.Chars, res.MaxChars)
+	fmt.Fprintf(&b, "Tenant %d · %d of %s shown · top-k %d · hops %d · index %s · %d of %d characters",
+		res.TenantID, len(res.Items), plural(int64(len(res.Seeds)), "matching node"), res.TopK, res.Hops, strings.Join(res.Indexes, ", "), res.Chars, res.MaxChars)
 	if res.Truncated {
 		b.WriteString(" (trimmed to the budget)")
 	}
