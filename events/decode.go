@@ -31,12 +31,49 @@ type eventError struct {
 func (e *eventError) Error() string { return e.msg }
 func (e *eventError) Unwrap() error { return e.kind }
 
-// Decode turns a stored row into the current version of its event, upcasting
-// an older event_version, and validates it. Payload keys the event does not
-// define are ignored. The error text reads like
-// `OrderPlaced v1 (outbox id 42): lines[1].quantity must be > 0, got -3`.
-func Decode(r Record) (Event, error) {
-	ev, err := decode(r)
+// Limits bound one event, so that no event can make a statement of any size.
+// The zero value of a field means its default.
+type Limits struct {
+	// MaxPayloadBytes bounds the stored payload. Default: 256 KiB.
+	MaxPayloadBytes int
+	// MaxOrderLines bounds the lines of an OrderPlaced. Default: 1000.
+	MaxOrderLines int
+}
+
+// Default limits.
+const (
+	DefaultMaxPayloadBytes = 256 << 10
+	DefaultMaxOrderLines   = 1000
+)
+
+// WithDefaults fills the zero fields.
+func (l Limits) WithDefaults() Limits {
+	if l.MaxPayloadBytes == 0 {
+		l.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if l.MaxOrderLines == 0 {
+		l.MaxOrderLines = DefaultMaxOrderLines
+	}
+	return l
+}
+
+// Validate checks the limits are usable.
+func (l Limits) Validate() error {
+	if l.MaxPayloadBytes < 0 || l.MaxOrderLines < 0 {
+		return fmt.Errorf("event limits must be positive: max payload bytes %d, max order lines %d", l.MaxPayloadBytes, l.MaxOrderLines)
+	}
+	return nil
+}
+
+// Decode is DecodeWithin with the default limits.
+func Decode(r Record) (Event, error) { return DecodeWithin(r, Limits{}) }
+
+// DecodeWithin turns a stored row into the current version of its event,
+// upcasting an older event_version, and validates it, the limits included.
+// Payload keys the event does not define are ignored. The error text reads
+// like `OrderPlaced v1 (outbox id 42): lines[1].quantity must be > 0, got -3`.
+func DecodeWithin(r Record, limits Limits) (Event, error) {
+	ev, err := decode(r, limits.WithDefaults())
 	if err != nil {
 		kind := ErrInvalidPayload
 		if errors.Is(err, ErrUnknownEvent) {
@@ -55,7 +92,10 @@ func Decode(r Record) (Event, error) {
 	return ev, nil
 }
 
-func decode(r Record) (Event, error) {
+func decode(r Record, limits Limits) (Event, error) {
+	if len(r.Payload) > limits.MaxPayloadBytes {
+		return nil, fmt.Errorf("payload is %d bytes, over the limit of %d (max payload bytes)", len(r.Payload), limits.MaxPayloadBytes)
+	}
 	versions, known := catalog[r.EventType]
 	if !known {
 		return nil, fmt.Errorf("%w type", ErrUnknownEvent)
@@ -86,7 +126,10 @@ func decode(r Record) (Event, error) {
 	}
 	ev, err := entry.decode(r.Payload, doc)
 	if err != nil {
-		return nil, err
+		return nil, locateInArrays(err, doc)
+	}
+	if placed, ok := ev.(OrderPlaced); ok && len(placed.Lines) > limits.MaxOrderLines {
+		return nil, fmt.Errorf("lines has %d entries, over the limit of %d (max order lines)", len(placed.Lines), limits.MaxOrderLines)
 	}
 	ev = withAggregateID(ev, r.AggregateID)
 	if err := ev.Validate(); err != nil {
@@ -242,12 +285,75 @@ func requireIn(obj map[string]any, path, prefix string) error {
 	return nil
 }
 
+// locateInArrays names the array index of a value that does not fit its
+// field ("lines.quantity" becomes "lines[3].quantity"): encoding/json names
+// the field but not the element.
+func locateInArrays(err error, doc map[string]any) error {
+	var typeErr *json.UnmarshalTypeError
+	if !errors.As(err, &typeErr) || doc == nil {
+		return err
+	}
+	field := jsonPath(typeErr.Field)
+	parts := strings.Split(field, ".")
+	if len(parts) != 2 {
+		return err
+	}
+	list, ok := doc[parts[0]].([]any)
+	if !ok {
+		return err
+	}
+	for i, elem := range list {
+		obj, ok := elem.(map[string]any)
+		if !ok {
+			continue
+		}
+		if jsonValueText(obj[parts[1]]) == typeErr.Value {
+			return &typeError{msg: typeMessage(fmt.Sprintf("%s[%d].%s", parts[0], i, parts[1]), typeErr), err: typeErr}
+		}
+	}
+	return err
+}
+
 func unmarshal(payload []byte, v any) error {
 	if err := json.Unmarshal(payload, v); err != nil {
 		return jsonError(err)
 	}
 	return nil
 }
+
+func typeMessage(field string, typeErr *json.UnmarshalTypeError) string {
+	if strings.HasPrefix(typeErr.Value, "number") {
+		return fmt.Sprintf("%s does not fit: got JSON %s, want %s", field, typeErr.Value, typeErr.Type)
+	}
+	return fmt.Sprintf("%s has the wrong type: got JSON %s, want %s", field, typeErr.Value, typeErr.Type)
+}
+
+// jsonValueText describes a decoded value the way encoding/json's
+// UnmarshalTypeError.Value does.
+func jsonValueText(v any) string {
+	switch x := v.(type) {
+	case json.Number:
+		return "number " + x.String()
+	case string:
+		return "string"
+	case bool:
+		return "bool"
+	case map[string]any:
+		return "object"
+	case []any:
+		return "array"
+	}
+	return ""
+}
+
+// typeError is a field of the wrong type, or a number out of its range.
+type typeError struct {
+	msg string
+	err *json.UnmarshalTypeError
+}
+
+func (e *typeError) Error() string { return e.msg }
+func (e *typeError) Unwrap() error { return e.err }
 
 // jsonError rewrites encoding/json errors into field-named messages.
 func jsonError(err error) error {
@@ -259,7 +365,7 @@ func jsonError(err error) error {
 		if field == "" {
 			field = "payload"
 		}
-		return fmt.Errorf("%s has the wrong type: got JSON %s, want %s", field, typeErr.Value, typeErr.Type)
+		return &typeError{msg: typeMessage(field, typeErr), err: typeErr}
 	case errors.As(err, &syntaxErr):
 		return fmt.Errorf("payload is not valid JSON at offset %d: %v", syntaxErr.Offset, syntaxErr)
 	case errors.Is(err, io.EOF):

@@ -90,14 +90,38 @@ func TestDecodeErrors(t *testing.T) {
 		{"missing line field", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { delete(line(d, 1), "quantity") }), `lines[1].quantity is required`, ErrInvalidPayload},
 		{"negative quantity", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { line(d, 1)["quantity"] = -3 }),
 			`OrderPlaced v1 (outbox id 42): lines[1].quantity must be > 0, got -3`, ErrInvalidPayload},
-		{"wrong type", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { line(d, 0)["quantity"] = "two" }), `lines.quantity has the wrong type: got JSON string, want int32`, ErrInvalidPayload},
-		{"quantity overflow", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { line(d, 0)["quantity"] = 3e9 }), `lines.quantity has the wrong type`, ErrInvalidPayload},
+		{"wrong type", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { line(d, 0)["quantity"] = "two" }), `lines[0].quantity has the wrong type: got JSON string, want int32`, ErrInvalidPayload},
+		{"quantity overflow", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { line(d, 0)["quantity"] = 3e9 }), `lines[0].quantity does not fit: got JSON number 3000000000, want int32`, ErrInvalidPayload},
 		{"customer not object", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { d["customer"] = "x" }), `customer must be an object, got a string`, ErrInvalidPayload},
 		{"id mismatch", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { d["id"] = 43 }), `id 43 does not match aggregate_id 42`, ErrInvalidPayload},
 		{"status mismatch", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { d["status"] = "shipped" }), `status must be "placed" in OrderPlaced, got "shipped"`, ErrInvalidPayload},
 		{"duplicate line", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { line(d, 1)["line_no"] = 1 }), `lines[1].line_no 1 repeats lines[0]`, ErrInvalidPayload},
 		{"no lines", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { d["lines"] = []any{} }), `lines must not be empty`, ErrInvalidPayload},
 		{"bad time", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { d["placed_at"] = "yesterday" }), `payload does not decode`, ErrInvalidPayload},
+		{"zero time", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { d["placed_at"] = "0001-01-01T00:00:00Z" }),
+			`placed_at is missing or the zero time (0001-01-01T00:00:00Z)`, ErrInvalidPayload},
+		{"payload over the limit", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { d["note"] = strings.Repeat("x", DefaultMaxPayloadBytes) }),
+			`bytes, over the limit of 262144 (max payload bytes)`, ErrInvalidPayload},
+		{"too many lines", "OrderPlaced", 1, "Order", placed(func(d map[string]any) {
+			first := line(d, 0)
+			lines := make([]any, DefaultMaxOrderLines+1)
+			for i := range lines {
+				l := map[string]any{}
+				for k, v := range first {
+					l[k] = v
+				}
+				l["line_no"] = i + 1
+				lines[i] = l
+			}
+			d["lines"] = lines
+		}), `lines has 1001 entries, over the limit of 1000 (max order lines)`, ErrInvalidPayload},
+		{"nested too deep", "OrderPlaced", 1, "Order", placed(func(d map[string]any) {
+			var deep any = 1
+			for range 20_000 {
+				deep = []any{deep}
+			}
+			d["note"] = deep
+		}), `payload is not valid JSON`, ErrInvalidPayload},
 		{"confirmed without time", "OrderConfirmed", 1, "Order", placed(func(d map[string]any) { d["status"] = "confirmed" }), `confirmed_at is required`, ErrInvalidPayload},
 		{"v1 price with cents", "ProductCreated", 1, "Product", `{"version":1,"sku":"a","name":"b","price":"1.999","currency":"EUR","status":"active"}`, `price must be a non-negative decimal with at most 2 decimals`, ErrInvalidPayload},
 		{"v1 negative price", "ProductCreated", 1, "Product", `{"version":1,"sku":"a","name":"b","price":-1,"currency":"EUR","status":"active"}`, `price must be a non-negative decimal`, ErrInvalidPayload},

@@ -59,7 +59,7 @@ func (s OrderState) validate(eventType, status string) error {
 		return fmt.Errorf("total_cents must be >= 0, got %d", s.TotalCents)
 	}
 	if s.PlacedAt.IsZero() {
-		return fmt.Errorf("placed_at is required")
+		return fmt.Errorf("placed_at is missing or the zero time (0001-01-01T00:00:00Z): it must say when the order was placed")
 	}
 	// The event's own transition must carry its timestamp.
 	switch status {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"graphsync/graphmodel"
+	"graphsync/relay"
 )
 
 // Sentinel errors in the rejected map of Deliver (wrapped with detail).
@@ -15,8 +16,9 @@ var (
 	ErrInvalidEvent = errors.New("invalid event")
 	// ErrCrossTenant: the event names an id the graph holds under another tenant.
 	ErrCrossTenant = errors.New("id belongs to another tenant")
-	// ErrNotProjected: the event needs a node that is not in the graph yet;
-	// it succeeds on a later retry once that node's event was applied.
+	// ErrNotProjected: the event needs a node that is not in the graph (it
+	// was deleted). When the node is only not projected yet, the rejection
+	// also wraps relay.ErrDeferred: the event is valid and waits, uncounted.
 	ErrNotProjected = errors.New("referenced node not in the graph")
 	// ErrRefusedByNeo4j: Neo4j refused the event's own writes; other events
 	// of the batch were applied without it.
@@ -84,16 +86,13 @@ func newAdmission(model graphmodel.Model, graph owners) *admission {
 // admit returns the items to apply, in order, and the rejected ones' errors.
 func (a *admission) admit(items []*item) (accepted []*item, rejected map[int64]error) {
 	rejected = map[int64]error{}
-	failing := map[aggregateKey]bool{}
+	failing := failedAggregates{}
 	for _, it := range items {
-		key := aggregateOf(it.msg)
-		if failing[key] {
-			rejected[it.msg.ID] = heldBack(it.msg)
+		if failing.holdsBack(it.msg, rejected) {
 			continue
 		}
 		if err := a.check(it); err != nil {
-			rejected[it.msg.ID] = err
-			failing[key] = true
+			failing.fail(it.msg, rejected, err)
 			continue
 		}
 		accepted = append(accepted, it)
@@ -147,8 +146,9 @@ func (a *admission) check(it *item) error {
 		if a.graph.heldBy(a.tombstones[r.label], r.id, tenantID) {
 			return reject(it, ErrNotProjected, "%s: %s %d was deleted", r.field, strings.ToLower(r.label), r.id)
 		}
-		return reject(it, ErrNotProjected, "%s: %s %d is not in the graph yet (its events are not projected yet); retry later",
-			r.field, strings.ToLower(r.label), r.id)
+		return &rejection{kind: ErrNotProjected, cause: relay.ErrDeferred, msg: it.name + ": " + fmt.Sprintf(
+			"%s: %s %d is not in the graph yet (its events are not projected yet); waiting for them",
+			r.field, strings.ToLower(r.label), r.id)}
 	}
 	return nil
 }

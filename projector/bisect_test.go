@@ -76,22 +76,151 @@ func TestDeliverReturnsUnavailabilityAsBatchError(t *testing.T) {
 	}
 }
 
-func TestIsDataError(t *testing.T) {
-	tests := map[string]bool{
-		"Neo.ClientError.Statement.TypeError":                                true,
-		"Neo.ClientError.Statement.SemanticError":                            true,
-		"Neo.ClientError.Schema.ConstraintValidationFailed":                  true,
-		"Neo.ClientError.Security.Unauthorized":                              false,
-		"Neo.TransientError.Transaction.DeadlockDetected":                    false,
-		"Neo.DatabaseError.General.UnknownError":                             false,
-		"Neo.ClientError.Transaction.TransactionTimedOutClientConfiguration": false,
+func TestClassify(t *testing.T) {
+	tests := map[string]failureClass{
+		"Neo.ClientError.Statement.TypeError":                                classData,
+		"Neo.ClientError.Schema.ConstraintValidationFailed":                  classData,
+		"Neo.ClientError.Statement.SyntaxError":                              classBroken,
+		"Neo.ClientError.Statement.ParameterMissing":                         classBroken,
+		"Neo.ClientError.Statement.SemanticError":                            classBroken,
+		"Neo.ClientError.Security.Unauthorized":                              classBroken,
+		"Neo.ClientError.Procedure.ProcedureNotFound":                        classBroken,
+		"Neo.TransientError.Transaction.DeadlockDetected":                    classUnavailable,
+		"Neo.DatabaseError.General.UnknownError":                             classSuspect,
+		"Neo.ClientError.Transaction.TransactionTimedOutClientConfiguration": classSuspect,
+		"Neo.ClientError.Statement.ExecutionFailed":                          classSuspect,
 	}
 	for code, want := range tests {
-		if got := isDataError(fmt.Errorf("wrapped: %w", &neo4j.Neo4jError{Code: code})); got != want {
-			t.Errorf("isDataError(%s) = %v, want %v", code, got, want)
+		if got := classify(fmt.Errorf("wrapped: %w", &neo4j.Neo4jError{Code: code})); got != want {
+			t.Errorf("classify(%s) = %v, want %v", code, got, want)
 		}
 	}
-	if isDataError(errors.New("plain")) {
-		t.Error("a plain error is not a data error")
+	for err, want := range map[error]failureClass{
+		errors.New("plain"): classSuspect,
+		&neo4j.ConnectivityError{Inner: errors.New("refused")}: classUnavailable,
+		&neo4j.TransactionExecutionLimit{Cause: "timeout"}:     classUnavailable,
+		&dataError{errors.New("endpoint missing")}:             classData,
+		fmt.Errorf("apply: %w", context.DeadlineExceeded):      classUnavailable,
+	} {
+		if got := classify(err); got != want {
+			t.Errorf("classify(%v) = %v, want %v", err, got, want)
+		}
+	}
+}
+
+// The case that broke per-aggregate order: A v1 is refused by Neo4j in a
+// batch [A v1, B, A v2, C]. Bisection splits only between aggregates'
+// chains: A v2 is held back, B and C are applied, A v1 is rejected.
+func TestBisectionKeepsAggregateOrder(t *testing.T) {
+	p := newTestProjector(t)
+	a := &ids{tenant: 5}
+	av1 := a.message(t, events.ProductCreated{ProductState: product(1, 1, "A", 0, "", 100, "active")})
+	b := a.message(t, events.ProductCreated{ProductState: product(2, 1, "B", 0, "", 100, "active")})
+	av2 := a.message(t, events.ProductUpdated{ProductState: product(1, 2, "A2", 0, "", 100, "active")})
+	c := a.message(t, events.ProductCreated{ProductState: product(3, 1, "C", 0, "", 100, "active")})
+	var applied []int64
+	p.applyBatch = func(_ context.Context, items []*item) (map[int64]error, error) {
+		for _, it := range items {
+			if it.msg.ID == av1.ID {
+				return nil, &neo4j.Neo4jError{Code: "Neo.ClientError.Statement.TypeError", Msg: "boom"}
+			}
+		}
+		for _, it := range items {
+			applied = append(applied, it.msg.ID)
+		}
+		return map[int64]error{}, nil
+	}
+	rejected, err := p.Deliver(context.Background(), []relay.Message{av1, b, av2, c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(rejected[av1.ID], ErrRefusedByNeo4j) || !errors.Is(rejected[av2.ID], relay.ErrHeldBack) {
+		t.Fatalf("A v1 -> %v, A v2 -> %v; want refused and held back", rejected[av1.ID], rejected[av2.ID])
+	}
+	if slices.Contains(applied, av2.ID) || !slices.Contains(applied, b.ID) || !slices.Contains(applied, c.ID) || len(rejected) != 2 {
+		t.Fatalf("applied %v, rejected %v; want B and C applied, A v2 held back", applied, rejected)
+	}
+}
+
+// A refusal deep in one aggregate's chain: the events before it are applied,
+// the one refused is rejected, the ones after it held back.
+func TestBisectionInsideAChain(t *testing.T) {
+	p := newTestProjector(t)
+	a := &ids{tenant: 5}
+	var batch []relay.Message
+	for v := int64(1); v <= 6; v++ {
+		batch = append(batch, a.message(t, events.ProductUpdated{ProductState: product(1, v, fmt.Sprint("A", v), 0, "", 100, "active")}))
+	}
+	other := a.message(t, events.ProductCreated{ProductState: product(2, 1, "B", 0, "", 100, "active")})
+	batch = append(batch[:2], append([]relay.Message{other}, batch[2:]...)...)
+	refused := batch[4].ID // A v4
+	var applied []int64
+	p.applyBatch = func(_ context.Context, items []*item) (map[int64]error, error) {
+		for _, it := range items {
+			if it.msg.ID == refused {
+				return nil, &neo4j.Neo4jError{Code: "Neo.ClientError.Statement.TypeError", Msg: "boom"}
+			}
+		}
+		for _, it := range items {
+			applied = append(applied, it.msg.ID)
+		}
+		return map[int64]error{}, nil
+	}
+	rejected, err := p.Deliver(context.Background(), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int64{batch[0].ID, batch[1].ID, batch[3].ID, other.ID}
+	got := append([]int64(nil), applied...)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("applied %v, want A v1-v3 and B", applied)
+	}
+	if !errors.Is(rejected[refused], ErrRefusedByNeo4j) || !errors.Is(rejected[batch[5].ID], relay.ErrHeldBack) || !errors.Is(rejected[batch[6].ID], relay.ErrHeldBack) {
+		t.Fatalf("rejected %v: want A v4 refused, v5 and v6 held back", rejected)
+	}
+}
+
+// Part of a batch commits, then Neo4j goes away: Deliver reports what it
+// applied and hands the rest back as not applied, instead of an error that
+// would say nothing was applied.
+func TestOutageMidBisection(t *testing.T) {
+	p := newTestProjector(t)
+	a := &ids{tenant: 5}
+	var batch []relay.Message
+	for i := int64(1); i <= 4; i++ {
+		batch = append(batch, a.message(t, events.ProductCreated{ProductState: product(i, 1, fmt.Sprint("P", i), 0, "", 100, "active")}))
+	}
+	calls := 0
+	var applied []int64
+	p.applyBatch = func(_ context.Context, items []*item) (map[int64]error, error) {
+		calls++
+		switch calls {
+		case 1:
+			return nil, &neo4j.Neo4jError{Code: "Neo.ClientError.Statement.TypeError", Msg: "boom"}
+		case 2:
+			for _, it := range items {
+				applied = append(applied, it.msg.ID)
+			}
+			return map[int64]error{}, nil
+		}
+		return nil, &neo4j.ConnectivityError{Inner: errors.New("connection reset")}
+	}
+	rejected, err := p.Deliver(context.Background(), batch)
+	if err != nil {
+		t.Fatalf("Deliver returned %v although half the batch was applied", err)
+	}
+	if len(applied) != 2 {
+		t.Fatalf("applied %v", applied)
+	}
+	for _, m := range batch {
+		isApplied := slices.Contains(applied, m.ID)
+		if isApplied == (rejected[m.ID] != nil) {
+			t.Errorf("outbox id %d: applied %v, rejected %v", m.ID, isApplied, rejected[m.ID])
+		}
+		if !isApplied && !errors.Is(rejected[m.ID], relay.ErrNotApplied) {
+			t.Errorf("outbox id %d: %v, want ErrNotApplied", m.ID, rejected[m.ID])
+		}
 	}
 }

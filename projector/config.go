@@ -2,8 +2,10 @@ package projector
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
+	"graphsync/events"
 	"graphsync/graphmodel"
 )
 
@@ -21,6 +23,9 @@ type Config struct {
 	// retried later, uncounted) instead of holding its rows' lease forever.
 	// Default: 60s.
 	TxTimeout time.Duration
+	// Limits bound one event (payload size, order lines); an event over a
+	// limit is rejected with the limit named. Defaults: events.Limits'.
+	Limits events.Limits
 }
 
 func (c Config) withDefaults() Config {
@@ -33,6 +38,7 @@ func (c Config) withDefaults() Config {
 	if c.TxTimeout == 0 {
 		c.TxTimeout = time.Minute
 	}
+	c.Limits = c.Limits.WithDefaults()
 	return c
 }
 
@@ -42,6 +48,9 @@ func (c Config) validate() error {
 	}
 	if c.TxTimeout < 0 {
 		return errors.New("projector config: negative transaction timeout")
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return fmt.Errorf("projector config: %w", err)
 	}
 	return nil
 }

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
 	"graphsync/cypher"
 	"graphsync/graphmodel"
+	"graphsync/relay"
 )
 
 // This file is the only one that talks to Neo4j.
@@ -21,15 +23,77 @@ type dataError struct{ err error }
 func (e *dataError) Error() string { return e.err.Error() }
 func (e *dataError) Unwrap() error { return e.err }
 
-// isDataError tells Neo4j's verdicts on a statement's data (a constraint,
-// a value it cannot store) from unavailability, which the relay retries.
-func isDataError(err error) bool {
-	var neoErr *neo4j.Neo4jError
-	if !errors.As(err, &neoErr) || neoErr.IsRetriable() {
-		return false
+// failureClass is what a failed write transaction says about the batch.
+type failureClass int
+
+const (
+	// classUnavailable: Neo4j cannot be reached or is overloaded; nothing is
+	// wrong with the batch. Retried later, uncounted.
+	classUnavailable failureClass = iota
+	// classBroken: nothing can be applied until someone acts: the server
+	// rejects our statements as text (syntax, a missing parameter, an
+	// unknown procedure), refuses the credentials, or lacks the schema.
+	classBroken
+	// classData: Neo4j refused the data of some event (a constraint, a
+	// value it cannot store): bisecting the batch finds it.
+	classData
+	// classSuspect: the batch failed and nothing says why (a transaction
+	// timeout, a server error). The relay retries it in smaller batches.
+	classSuspect
+)
+
+// classify sorts a failed write transaction into the failure policy's
+// classes (see relay.Sink). Codes not listed are suspect: split down, they
+// end up counted against a single event rather than stall the relay or
+// dead-letter a stream.
+func classify(err error) failureClass {
+	var dataErr *dataError
+	if errors.As(err, &dataErr) {
+		return classData
 	}
-	return strings.HasPrefix(neoErr.Code, "Neo.ClientError.Statement.") ||
-		strings.HasPrefix(neoErr.Code, "Neo.ClientError.Schema.")
+	var authErr *neo4j.InvalidAuthenticationError
+	if errors.As(err, &authErr) {
+		return classBroken
+	}
+	var neoErr *neo4j.Neo4jError
+	if errors.As(err, &neoErr) {
+		code := neoErr.Code
+		switch {
+		case neoErr.IsRetriable() || strings.HasPrefix(code, "Neo.TransientError."):
+			return classUnavailable
+		case code == "Neo.ClientError.Statement.SyntaxError", code == "Neo.ClientError.Statement.ParameterMissing",
+			code == "Neo.ClientError.Statement.SemanticError", code == "Neo.ClientError.Statement.NotSystemDatabaseError",
+			strings.HasPrefix(code, "Neo.ClientError.Security."), strings.HasPrefix(code, "Neo.ClientError.Procedure."),
+			strings.HasPrefix(code, "Neo.ClientError.Database."),
+			code == "Neo.ClientError.Schema.IndexNotFound", code == "Neo.ClientError.Schema.ConstraintNotFound":
+			return classBroken
+		case code == "Neo.ClientError.Schema.ConstraintValidationFailed", code == "Neo.ClientError.Statement.TypeError",
+			code == "Neo.ClientError.Statement.ArgumentError", code == "Neo.ClientError.Statement.ArithmeticError",
+			code == "Neo.ClientError.Statement.EntityNotFound", code == "Neo.ClientError.Statement.PropertyNotFound",
+			code == "Neo.ClientError.Statement.ConstraintVerificationFailed":
+			return classData
+		}
+		return classSuspect
+	}
+	var limitErr *neo4j.TransactionExecutionLimit
+	var connErr *neo4j.ConnectivityError
+	if errors.As(err, &limitErr) || errors.As(err, &connErr) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, context.DeadlineExceeded) || neo4j.IsRetryable(err) {
+		return classUnavailable
+	}
+	return classSuspect
+}
+
+// sinkError turns a failure of a whole batch into the error Deliver returns,
+// wrapping the relay's class for it.
+func sinkError(class failureClass, err error) error {
+	switch class {
+	case classUnavailable:
+		return fmt.Errorf("%w: %w", relay.ErrSinkUnavailable, err)
+	case classBroken:
+		return fmt.Errorf("%w: %w", relay.ErrSinkBroken, err)
+	}
+	return err
 }
 
 // apply runs one write transaction: look up who owns the ids the items name,
@@ -49,7 +113,7 @@ func (p *Projector) apply(ctx context.Context, items []*item) (map[int64]error, 
 	ownersQuery := p.builder.OwnersQuery()
 
 	session := p.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite, DatabaseName: p.cfg.Database})
-	defer session.Close(ctx)
+	defer closeSession(ctx, session)
 	var rejected map[int64]error
 	_, err := session.ExecuteWrite(ctx, func(tx neo4j.ManagedTransaction) (any, error) {
 		graph, current, err := readOwners(ctx, tx, ownersQuery, params)
@@ -70,12 +134,17 @@ func (p *Projector) apply(ctx context.Context, items []*item) (map[int64]error, 
 		return nil, nil
 	}, neo4j.WithTxTimeout(p.cfg.TxTimeout))
 	if err != nil {
-		if isDataError(err) {
-			return nil, &dataError{err}
-		}
 		return nil, err
 	}
 	return rejected, nil
+}
+
+// closeSession returns a session's connection to the pool even when the
+// request's context is done already, within a bound of its own.
+func closeSession(ctx context.Context, session neo4j.SessionWithContext) {
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = session.Close(closeCtx)
 }
 
 // readOwners runs the builder's OwnersQuery: who holds each id, and where

@@ -42,6 +42,9 @@ func New(driver neo4j.DriverWithContext, cfg Config, logger *zap.Logger) (*Proje
 	if err != nil {
 		return nil, fmt.Errorf("projector: %w", err)
 	}
+	if err := checkCoverage(*cfg.Model); err != nil {
+		return nil, err
+	}
 	if logger == nil {
 		logger = zap.NewNop()
 	}
@@ -54,55 +57,67 @@ func New(driver neo4j.DriverWithContext, cfg Config, logger *zap.Logger) (*Proje
 // batch size, events by outcome and Neo4j errors.
 func (p *Projector) Collectors() []prometheus.Collector { return p.metrics.collectors() }
 
-// Deliver implements relay.Sink. Events that do not decode, fail validation,
-// name another tenant's ids or need a node the graph does not hold yet are
-// returned in rejected, each with an error naming the event and the problem;
-// nothing is written for them and the rest of the batch is applied in one
-// write transaction (ExecuteWrite, which retries transient errors). Deliver
-// returns only after that transaction committed. err is set only when Neo4j
-// could not take the batch at all (unreachable, say): nothing was applied.
+// Deliver implements relay.Sink. Events that do not decode, fail validation
+// or name another tenant's ids are rejected, each with an error naming the
+// event and the problem; an event that needs a node another aggregate's
+// events have not put in the graph yet is deferred (relay.ErrDeferred). The
+// rest of the batch is applied in one write transaction (ExecuteWrite, which
+// retries transient errors). When Neo4j refuses the batch because of some
+// event's data, the batch is bisected between aggregates' chains, never
+// inside one: the event Neo4j refuses is rejected and the rest of its chain
+// held back. Deliver returns only after what it reports applied committed.
+//
+// err is set only when nothing was applied; it wraps relay.ErrSinkUnavailable
+// or relay.ErrSinkBroken, or is a suspect failure (see relay.Sink). When a
+// part of the batch committed before Neo4j became unavailable, the rest is
+// rejected with relay.ErrNotApplied instead.
 func (p *Projector) Deliver(ctx context.Context, batch []relay.Message) (map[int64]error, error) {
 	start := time.Now()
 	p.metrics.batchSize.Observe(float64(len(batch)))
 	rejected := map[int64]error{}
+	failing := failedAggregates{}
 	items := make([]*item, 0, len(batch))
-	failing := map[aggregateKey]bool{}
 	for _, m := range batch {
-		key := aggregateOf(m)
-		if failing[key] {
-			rejected[m.ID] = heldBack(m)
+		if failing.holdsBack(m, rejected) {
 			continue
 		}
 		it, err := p.prepare(m)
 		if err != nil {
-			rejected[m.ID] = err
-			failing[key] = true
+			failing.fail(m, rejected, err)
 			continue
 		}
 		items = append(items, it)
 	}
 	if len(items) > 0 {
-		refused, err := p.applyIsolating(ctx, items)
-		if err != nil {
-			p.metrics.neo4jErrors.WithLabelValues("unavailable").Inc()
-			return nil, fmt.Errorf("apply %d events to neo4j: %w", len(items), err)
-		}
-		for id, reason := range refused {
-			rejected[id] = reason
+		run := &chainRun{p: p, rejected: rejected, applied: map[int64]bool{}}
+		if err := run.apply(ctx, chainsOf(items)); err != nil {
+			class := classify(err)
+			p.metrics.neo4jErrors.WithLabelValues(class.String()).Inc()
+			if len(run.applied) == 0 {
+				return nil, sinkError(class, fmt.Errorf("apply %d events to neo4j: %w", len(items), err))
+			}
+			notApplied := fmt.Errorf("%w: %w", relay.ErrNotApplied, sinkError(class, err))
+			for _, it := range items {
+				if !run.applied[it.msg.ID] && rejected[it.msg.ID] == nil {
+					rejected[it.msg.ID] = notApplied
+				}
+			}
 		}
 	}
 	p.metrics.applySeconds.Observe(time.Since(start).Seconds())
 	for _, m := range batch {
 		outcome := "applied"
-		if err := rejected[m.ID]; errors.Is(err, relay.ErrHeldBack) {
+		switch err := rejected[m.ID]; {
+		case errors.Is(err, relay.ErrHeldBack):
 			outcome = "held_back"
-		} else if err != nil {
+		case errors.Is(err, relay.ErrDeferred):
+			outcome = "deferred"
+		case errors.Is(err, relay.ErrNotApplied):
+			outcome = "not_applied"
+		case err != nil:
 			outcome = "rejected"
 		}
 		p.metrics.events.WithLabelValues(metricEventType(m.EventType), outcome).Inc()
-	}
-	if len(rejected) > 0 {
-		p.log.Debug("batch applied with rejections", zap.Int("events", len(batch)), zap.Int("rejected", len(rejected)))
 	}
 	return rejected, nil
 }
@@ -118,55 +133,139 @@ func aggregateOf(m relay.Message) aggregateKey {
 	return aggregateKey{m.TenantID, m.AggregateType, m.AggregateID}
 }
 
+// failedAggregates is the one notion of "this aggregate failed in this
+// batch" that decoding, admission and Neo4j's refusals share: once an event
+// of an aggregate fails, every later event of it in the batch is held back.
+type failedAggregates map[aggregateKey]bool
+
+// fail records m's failure in rejected and marks its aggregate.
+func (f failedAggregates) fail(m relay.Message, rejected map[int64]error, err error) {
+	rejected[m.ID] = err
+	f[aggregateOf(m)] = true
+}
+
+// holdsBack reports whether m's aggregate failed earlier in the batch, and
+// then records m as held back.
+func (f failedAggregates) holdsBack(m relay.Message, rejected map[int64]error) bool {
+	if !f[aggregateOf(m)] {
+		return false
+	}
+	rejected[m.ID] = heldBack(m)
+	return true
+}
+
 // heldBack is the outcome of an event not applied because an earlier event
-// of its aggregate in the batch was rejected: applying it would put the
+// of its aggregate in the batch failed: applying it would put the
 // aggregate's later state in the graph ahead of the missing one.
 func heldBack(m relay.Message) error {
 	return fmt.Errorf("%s: %w", eventName(m), relay.ErrHeldBack)
 }
 
-// prepare decodes, upcasts, validates and translates one message.
+// prepare checks the bounds, decodes, upcasts, validates and translates one
+// message.
 func (p *Projector) prepare(m relay.Message) (*item, error) {
 	if m.TenantID <= 0 {
 		return nil, &rejection{kind: ErrInvalidEvent, msg: fmt.Sprintf("%s: tenant_id must be > 0, got %d", eventName(m), m.TenantID)}
 	}
-	ev, err := events.Decode(events.Record{OutboxID: m.ID, AggregateType: m.AggregateType, AggregateID: m.AggregateID,
-		EventType: m.EventType, EventVersion: m.EventVersion, Payload: m.Payload})
+	ev, err := events.DecodeWithin(events.Record{OutboxID: m.ID, AggregateType: m.AggregateType, AggregateID: m.AggregateID,
+		EventType: m.EventType, EventVersion: m.EventVersion, Payload: m.Payload}, p.cfg.Limits)
 	if err != nil {
 		return nil, &rejection{kind: ErrInvalidEvent, msg: err.Error(), cause: err}
 	}
 	return translate(m, ev)
 }
 
-// applyIsolating applies items in one transaction; when Neo4j refuses the
-// batch because of some event's data, it bisects to find and reject that
-// event and applies the rest (each half in its own transaction, in order).
-func (p *Projector) applyIsolating(ctx context.Context, items []*item) (map[int64]error, error) {
-	rejected, err := p.applyBatch(ctx, items)
+// chain is the events of one aggregate in a batch, in order.
+type chain []*item
+
+// chainsOf groups items into their aggregates' chains, in order of each
+// aggregate's first event.
+func chainsOf(items []*item) []chain {
+	index := map[aggregateKey]int{}
+	var chains []chain
+	for _, it := range items {
+		key := aggregateOf(it.msg)
+		i, ok := index[key]
+		if !ok {
+			i = len(chains)
+			index[key] = i
+			chains = append(chains, nil)
+		}
+		chains[i] = append(chains[i], it)
+	}
+	return chains
+}
+
+// chainRun applies chains, bisecting on Neo4j's refusals, and keeps what was
+// applied and rejected.
+type chainRun struct {
+	p        *Projector
+	rejected map[int64]error
+	applied  map[int64]bool
+}
+
+// apply applies chains in one transaction. When Neo4j refuses it because of
+// some event's data, it splits the chains in two halves (never a chain) and
+// applies each; a single refused chain is split into a prefix and the rest,
+// the rest applied only when the prefix went through whole. An error other
+// than a data refusal stops the run: what is applied so far stays applied.
+func (r *chainRun) apply(ctx context.Context, chains []chain) error {
+	var items []*item
+	for _, c := range chains {
+		items = append(items, c...)
+	}
+	refused, err := r.p.applyBatch(ctx, items)
 	if err == nil {
-		return rejected, nil
-	}
-	var dataErr *dataError
-	if !errors.As(err, &dataErr) {
-		return nil, err
-	}
-	p.metrics.neo4jErrors.WithLabelValues("data").Inc()
-	if len(items) == 1 {
-		p.log.Warn("neo4j refused one event; rejecting it", zap.Int64("outbox_id", items[0].msg.ID), zap.Error(err))
-		return map[int64]error{items[0].msg.ID: &rejection{kind: ErrRefusedByNeo4j, msg: items[0].name + ": neo4j refused its writes: " + dataErr.Error(), cause: err}}, nil
-	}
-	half := len(items) / 2
-	rejected = map[int64]error{}
-	for _, part := range [][]*item{items[:half], items[half:]} {
-		partRejected, err := p.applyIsolating(ctx, part)
-		if err != nil {
-			return nil, err
+		for _, it := range items {
+			if reason := refused[it.msg.ID]; reason != nil {
+				r.rejected[it.msg.ID] = reason
+			} else {
+				r.applied[it.msg.ID] = true
+			}
 		}
-		for id, reason := range partRejected {
-			rejected[id] = reason
+		return nil
+	}
+	if classify(err) != classData {
+		return err
+	}
+	r.p.metrics.neo4jErrors.WithLabelValues(classData.String()).Inc()
+	if len(chains) > 1 {
+		half := len(chains) / 2
+		if err := r.apply(ctx, chains[:half]); err != nil {
+			return err
+		}
+		return r.apply(ctx, chains[half:])
+	}
+	c := chains[0]
+	if len(c) == 1 {
+		r.rejected[c[0].msg.ID] = &rejection{kind: ErrRefusedByNeo4j, msg: c[0].name + ": neo4j refused its writes: " + err.Error(), cause: err}
+		return nil
+	}
+	half := len(c) / 2
+	if err := r.apply(ctx, []chain{c[:half]}); err != nil {
+		return err
+	}
+	for _, it := range c[:half] {
+		if r.rejected[it.msg.ID] != nil {
+			for _, later := range c[half:] {
+				r.rejected[later.msg.ID] = heldBack(later.msg)
+			}
+			return nil
 		}
 	}
-	return rejected, nil
+	return r.apply(ctx, []chain{c[half:]})
+}
+
+func (c failureClass) String() string {
+	switch c {
+	case classUnavailable:
+		return "unavailable"
+	case classBroken:
+		return "broken"
+	case classData:
+		return "data"
+	}
+	return "suspect"
 }
 
 // metricEventType bounds the event_type label to the catalog.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -181,5 +182,36 @@ func TestPersonalDataNeverReachesMutations(t *testing.T) {
 		if strings.Contains(rendered, value) {
 			t.Fatalf("personal data %q reached the mutations: %s", value, rendered)
 		}
+	}
+}
+
+// A property the model allowlists but no translation fills would be erased
+// on every upsert: projector.New refuses such a model, naming the property.
+func TestNewRefusesAModelPropertyNoTranslationFills(t *testing.T) {
+	if _, err := New(nil, Config{}, nil); err != nil {
+		t.Fatalf("the default model: %v", err)
+	}
+	model := graphmodel.Default
+	model.Labels = slices.Clone(model.Labels)
+	for i, l := range model.Labels {
+		if l.Name == graphmodel.LabelProduct {
+			l.Properties = append(slices.Clone(l.Properties), graphmodel.Property{Key: "weight_grams", Type: graphmodel.Int, Source: "products.weight_grams"})
+			model.Labels[i] = l
+		}
+	}
+	_, err := New(nil, Config{Model: &model}, nil)
+	if err == nil || !strings.Contains(err.Error(), "Product.weight_grams") {
+		t.Fatalf("New = %v, want an error naming Product.weight_grams", err)
+	}
+	model = graphmodel.Default
+	model.Labels = slices.Clone(model.Labels)
+	for i, l := range model.Labels {
+		if l.Name == graphmodel.LabelOrder {
+			l.AggregateType = "SalesOrder"
+			model.Labels[i] = l
+		}
+	}
+	if _, err := New(nil, Config{Model: &model}, nil); err == nil || !strings.Contains(err.Error(), "SalesOrder") {
+		t.Fatalf("New = %v, want an error naming the wrong aggregate type", err)
 	}
 }

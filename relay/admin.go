@@ -72,13 +72,18 @@ func collectIDs(ctx context.Context, pool *pgxpool.Pool, query, what string, ids
 }
 
 // NotifyTriggerEnable installs the statement-level trigger that sends the
-// notify mode's wake-up hint after each INSERT into outbox_messages.
-// NOTIFY takes a database-wide lock at commit that serialises every
-// notifying transaction, so it is opt-in: enable it only where the write rate
-// allows, and prefer the stream mode for high rates.
-func NotifyTriggerEnable(ctx context.Context, pool *pgxpool.Pool) error {
+// notify mode's wake-up hint on channel after each INSERT into
+// outbox_messages. NOTIFY takes a database-wide lock at commit that
+// serialises every notifying transaction, so it is opt-in: enable it only
+// where the write rate allows, and prefer the stream mode for high rates.
+func NotifyTriggerEnable(ctx context.Context, pool *pgxpool.Pool, channel string) error {
+	if !validIdentifier(channel) {
+		return fmt.Errorf("notify channel %q: use lower-case letters, digits and underscores (at most 63)", channel)
+	}
+	// A trigger's argument is DDL text, never a parameter: channel is a
+	// checked identifier, written as a string literal.
 	_, err := pool.Exec(ctx, `CREATE OR REPLACE TRIGGER graphsync_outbox_notify
-		AFTER INSERT ON outbox_messages FOR EACH STATEMENT EXECUTE FUNCTION graphsync_outbox_notify()`)
+		AFTER INSERT ON outbox_messages FOR EACH STATEMENT EXECUTE FUNCTION graphsync_outbox_notify('`+channel+`')`)
 	if err != nil {
 		return fmt.Errorf("install notify trigger on outbox_messages: %w", err)
 	}

@@ -212,7 +212,7 @@ func BenchmarkClaim(b *testing.B) {
 			}
 			for i := 0; i < b.N; i++ {
 				ours := measure(func() (int, error) {
-					c, err := s.OutboxClaim(ctx)
+					c, err := s.OutboxClaim(ctx, s.cfg.BatchSize)
 					return len(c.messages), err
 				})
 				seedWithOurIndexes := measure(seedClaim)

@@ -69,7 +69,13 @@ type Config struct {
 	// DrainTimeout bounds how long a stopping relay waits for the batch in
 	// flight before abandoning it unmarked. Default: 10s.
 	DrainTimeout time.Duration
-	// NotifyChannel is the LISTEN channel of the notify mode. Default: graphsync_outbox.
+	// DependencyWait is how long an event that waits for another
+	// aggregate's events (ErrDeferred) stays handed back before it is
+	// claimed again. Default: 1s.
+	DependencyWait time.Duration
+	// NotifyChannel is the LISTEN channel of the notify mode, and the
+	// channel the trigger NotifyTriggerEnable installs notifies. A plain
+	// lower-case identifier. Default: graphsync_outbox.
 	NotifyChannel string
 	// Slot and Publication name the stream mode's replication slot and
 	// publication. Defaults: graphsync_outbox and graphsync_outbox.
@@ -124,6 +130,9 @@ func (c Config) withDefaults() Config {
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = 10 * time.Second
 	}
+	if c.DependencyWait == 0 {
+		c.DependencyWait = time.Second
+	}
 	if c.NotifyChannel == "" {
 		c.NotifyChannel = "graphsync_outbox"
 	}
@@ -153,7 +162,7 @@ func (c Config) validate() error {
 		"retry step": int64(c.RetryStep), "retry max steps": int64(c.RetryMaxSteps),
 		"max attempts": int64(c.MaxAttempts), "sink backoff": int64(c.SinkBackoff),
 		"drain timeout": int64(c.DrainTimeout), "standby status interval": int64(c.StandbyStatusInterval),
-		"stream stall timeout": int64(c.StreamStallTimeout),
+		"stream stall timeout": int64(c.StreamStallTimeout), "dependency wait": int64(c.DependencyWait),
 	}
 	for name, v := range positive {
 		if v <= 0 {

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -25,6 +26,7 @@ func TestConformance(t *testing.T) {
 			t.Run("CrashingRowReachesDLQ", func(t *testing.T) { testCrashingRow(t, mode) })
 			t.Run("OutOfIDOrderCommits", func(t *testing.T) { testOutOfIDOrderCommits(t, mode) })
 			t.Run("SinkUnavailableCountsNoAttempt", func(t *testing.T) { testSinkUnavailable(t, mode) })
+			t.Run("UnreadableRowsGoToDLQ", func(t *testing.T) { testUnreadableRows(t, mode) })
 		})
 	}
 }
@@ -367,7 +369,7 @@ func testSinkUnavailable(t *testing.T, mode WakeMode) {
 		defer mu.Unlock()
 		if failures < 8 {
 			failures++
-			return errors.New("neo4j unreachable")
+			return fmt.Errorf("%w: neo4j unreachable", ErrSinkUnavailable)
 		}
 		return nil
 	}
@@ -385,5 +387,57 @@ func testSinkUnavailable(t *testing.T, mode WakeMode) {
 	}
 	if n := h.count(`SELECT max(attempts) FROM outbox_messages`); n != 1 {
 		t.Errorf("max attempts after outage = %d, want 1 (outage attempts are not counted)", n)
+	}
+}
+
+// Rows PostgreSQL accepts but a relay could choke on while claiming them (a
+// jsonb nested deeper than Go's decoder allows, an infinite occurred_at, a
+// tenant PostgreSQL does not have) become poison events: they end in the
+// DLQ with a last_error naming the problem, and every other tenant keeps
+// flowing. Before, the claim itself failed, for everyone, forever.
+func testUnreadableRows(t *testing.T, mode WakeMode) {
+	h := newHarness(t, mode)
+	sink := newRecordingSink()
+	sink.reject = func(m Message) error {
+		var v any
+		if err := json.Unmarshal(m.Payload, &v); err != nil {
+			return fmt.Errorf("payload does not decode: %w", err)
+		}
+		return nil
+	}
+	h.start(sink, h.config("relay-unreadable"))
+	ctx := context.Background()
+	var deep, infinite, unknownTenant int64
+	err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
+			VALUES (1, 'Order', 1, 'OrderPlaced', (repeat('[', 10050) || repeat(']', 10050))::jsonb) RETURNING id`).Scan(&deep); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload, occurred_at)
+			VALUES (1, 'Order', 2, 'OrderPlaced', '{}', 'infinity') RETURNING id`).Scan(&infinite); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
+			VALUES (424242, 'Order', 3, 'OrderPlaced', '{}') RETURNING id`).Scan(&unknownTenant)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var good []int64
+	for i := range 10 {
+		good = append(good, h.insertCommitted(event{2 + int64(i%3), "Order", int64(10 + i), "OrderPlaced", `{}`}))
+	}
+	eventually(t, 20*time.Second, "the unreadable rows dead-lettered and the others processed", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages_dlq WHERE id IN ($1, $2, $3)`, deep, infinite, unknownTenant) == 3 &&
+			h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NOT NULL`) == int64(len(good))
+	})
+	for id, want := range map[int64]string{deep: "does not decode", infinite: "occurred_at is infinity", unknownTenant: "tenant 424242 does not exist"} {
+		var lastError string
+		if err := h.pool.QueryRow(ctx, `SELECT last_error FROM outbox_messages_dlq WHERE id = $1`, id).Scan(&lastError); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(lastError, want) {
+			t.Errorf("outbox id %d: last_error %q, want it to say %q", id, lastError, want)
+		}
 	}
 }

@@ -55,9 +55,15 @@ func newHarness(t testing.TB, mode WakeMode) *harness {
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])
 	h := &harness{t: t, mode: mode, url: url, pool: pool, slot: "gs_test_" + hex.EncodeToString(suffix[:])}
+	// The relay refuses events of tenants PostgreSQL does not have; the
+	// tests' producers write tenants 1 to 100.
+	if _, err := pool.Exec(context.Background(), `INSERT INTO tenants (id, name)
+		SELECT g, 'tenant ' || g FROM generate_series(1, 100) g ON CONFLICT DO NOTHING`); err != nil {
+		t.Fatal(err)
+	}
 	switch mode {
 	case WakeNotify:
-		if err := NotifyTriggerEnable(context.Background(), pool); err != nil {
+		if err := NotifyTriggerEnable(context.Background(), pool, "graphsync_outbox"); err != nil {
 			t.Fatal(err)
 		}
 	case WakeStream:
@@ -86,6 +92,13 @@ func (h *harness) config(id string) Config {
 // start runs a relay in this process until the test ends or stop is called.
 func (h *harness) start(sink Sink, cfg Config) (stop func()) {
 	h.t.Helper()
+	_, stop = h.startRelay(sink, cfg)
+	return stop
+}
+
+// startRelay is start, returning the relay too.
+func (h *harness) startRelay(sink Sink, cfg Config) (_ *Relay, stop func()) {
+	h.t.Helper()
 	pool, err := pgxpool.New(context.Background(), h.url)
 	if err != nil {
 		h.t.Fatal(err)
@@ -108,7 +121,7 @@ func (h *harness) start(sink Sink, cfg Config) (stop func()) {
 		})
 	}
 	h.t.Cleanup(stop)
-	return stop
+	return r, stop
 }
 
 // event is what a test producer writes; aggregates are (tenant, type, id).
@@ -189,9 +202,13 @@ type recordingSink struct {
 	hold func(ctx context.Context, batch []Message)
 	// onApply, when set, sees each message as it is applied.
 	onApply func(Message)
+	// seen counts the deliveries each message was in.
+	seen map[int64]int
 }
 
-func newRecordingSink() *recordingSink { return &recordingSink{inflight: map[aggKey]bool{}} }
+func newRecordingSink() *recordingSink {
+	return &recordingSink{inflight: map[aggKey]bool{}, seen: map[int64]int{}}
+}
 
 func (s *recordingSink) Deliver(ctx context.Context, batch []Message) (map[int64]error, error) {
 	s.mu.Lock()
@@ -204,6 +221,7 @@ func (s *recordingSink) Deliver(ctx context.Context, batch []Message) (map[int64
 	keys := map[aggKey]bool{}
 	for _, m := range batch {
 		keys[keyOf(m)] = true
+		s.seen[m.ID]++
 	}
 	for k := range keys {
 		if s.inflight[k] {

@@ -15,14 +15,16 @@ import (
 // (outbox_lag_seconds, outbox_throughput, outbox_failures, outbox_dlq_depth)
 // plus claim latency, batch size and what the service needs to page on.
 type Metrics struct {
-	processed      prometheus.Counter
-	failures       *prometheus.CounterVec
-	dlqMoved       prometheus.Counter
-	sinkErrors     prometheus.Counter
-	claimDuration  prometheus.Histogram
-	batchSize      prometheus.Histogram
-	slotLagBytes   prometheus.Gauge
-	streamPosition prometheus.Gauge
+	processed       prometheus.Counter
+	failures        *prometheus.CounterVec
+	dlqMoved        prometheus.Counter
+	sinkErrors      prometheus.Counter
+	claimDuration   prometheus.Histogram
+	batchSize       prometheus.Histogram
+	slotLagBytes    prometheus.Gauge
+	streamPosition  prometheus.Gauge
+	deferred        prometheus.Counter
+	sinkBrokenGauge prometheus.Gauge
 }
 
 // NewMetrics builds unregistered collectors; register them with Collectors.
@@ -54,6 +56,12 @@ func NewMetrics() *Metrics {
 		streamPosition: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_replication_confirmed_lsn", Help: "The stream mode's last confirmed LSN.",
 		}),
+		deferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_deferred_total", Help: "Valid events handed back uncounted because they wait for another aggregate's events.",
+		}),
+		sinkBrokenGauge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_sink_broken", Help: "1 while the sink reports it cannot apply anything (syntax, parameters, credentials, schema); the relay does not claim then.",
+		}),
 	}
 }
 
@@ -61,7 +69,7 @@ func NewMetrics() *Metrics {
 // from PostgreSQL at scrape time through pool.
 func (m *Metrics) Collectors(pool *pgxpool.Pool) []prometheus.Collector {
 	return []prometheus.Collector{m.processed, m.failures, m.dlqMoved, m.sinkErrors, m.claimDuration,
-		m.batchSize, m.slotLagBytes, m.streamPosition, &statsCollector{pool: pool}}
+		m.batchSize, m.slotLagBytes, m.streamPosition, m.deferred, m.sinkBrokenGauge, &statsCollector{pool: pool}}
 }
 
 var (

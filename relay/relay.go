@@ -18,6 +18,7 @@ type Relay struct {
 	sink    Sink
 	log     *zap.Logger
 	metrics *Metrics
+	health  *health
 }
 
 // worker is one claim-deliver loop. Each has its own lease identity
@@ -26,6 +27,13 @@ type Relay struct {
 type worker struct {
 	*Relay
 	store *store
+	// limit is the most rows the next claim takes: BatchSize, halved after
+	// each batch that failed with no event singled out, so a batch that
+	// keeps failing is split down to single events (see Sink).
+	limit int
+	// rewake asks this worker to look for due rows again (deferred rows
+	// become due after DependencyWait, before any poll would find them).
+	rewake chan struct{}
 }
 
 // New checks cfg and builds a relay. pool must reach outbox_messages as a role
@@ -46,6 +54,7 @@ func New(pool *pgxpool.Pool, sink Sink, cfg Config, log *zap.Logger, metrics *Me
 	}
 	return &Relay{
 		cfg: cfg, pool: pool, sink: sink, log: log.With(zap.String("relay_id", cfg.ID)), metrics: metrics,
+		health: &health{metrics: metrics},
 	}, nil
 }
 
@@ -69,7 +78,8 @@ func (r *Relay) Run(ctx context.Context) error {
 			// One worker takes the stream, so its rows go out in commit order.
 			stream = waker.stream
 		}
-		w := &worker{Relay: r, store: &store{pool: r.pool, relayID: fmt.Sprintf("%s/%d", r.cfg.ID, i), cfg: r.cfg}}
+		w := &worker{Relay: r, store: &store{pool: r.pool, relayID: fmt.Sprintf("%s/%d", r.cfg.ID, i), cfg: r.cfg},
+			limit: r.cfg.BatchSize, rewake: make(chan struct{}, 1)}
 		workers.Go(func(context.Context) error { return w.work(ctx, wake, stream) })
 	}
 	return workers.Wait()
@@ -87,25 +97,53 @@ func (r *worker) work(ctx context.Context, wake <-chan struct{}, stream <-chan s
 			r.streamPass(ctx, r.gatherStream(first, stream), backoff)
 		case <-wake:
 			r.drain(ctx, backoff)
+		case <-r.rewake:
+			r.drain(ctx, backoff)
 		}
 	}
 }
 
-// drain claims and delivers until a claim comes back short.
+// wakeAfter makes the worker look for due rows again after d.
+func (r *worker) wakeAfter(d time.Duration) {
+	time.AfterFunc(d, func() {
+		select {
+		case r.rewake <- struct{}{}:
+		default:
+		}
+	})
+}
+
+// drain claims and delivers until a claim takes nothing. A claim that took
+// fewer rows than it could does not end the drain: rows held back behind a
+// failing one, deferred or just released can leave a claim short while due
+// rows remain.
 func (r *worker) drain(ctx context.Context, backoff *backoff) {
 	for ctx.Err() == nil {
-		result := r.pass(ctx, r.store.OutboxClaim)
+		result := r.pass(ctx, func(ctx context.Context) (claimed, error) { return r.store.OutboxClaim(ctx, r.limit) })
 		if result.err != nil {
-			wait := backoff.next()
-			r.log.Warn("relay pass failed; backing off", zap.Error(result.err), zap.Duration("backoff", wait))
-			sleepCtx(ctx, wait)
+			r.waitAfter(ctx, result.err, backoff)
 			continue
 		}
 		backoff.reset()
-		if result.claimed < r.cfg.BatchSize {
+		if result.taken == 0 {
 			return
 		}
 	}
+}
+
+// waitAfter waits after a failed pass: the broken-sink interval, or the
+// next backoff step.
+func (r *worker) waitAfter(ctx context.Context, err error, backoff *backoff) {
+	wait := backoff.next()
+	if errors.Is(err, ErrSinkBroken) {
+		wait = r.cfg.SinkBackoffMax
+	}
+	if errors.Is(err, errSuspectBatch) {
+		// The batch was released to be retried smaller at once.
+		return
+	}
+	r.log.Warn("relay pass failed; backing off", zap.String("error", redactLog(err.Error())), zap.Duration("backoff", wait))
+	sleepCtx(ctx, wait)
 }
 
 // awaitVisible waits up to about a second until every one of ids is visible.
@@ -152,9 +190,9 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 	for _, b := range batches {
 		ids = append(ids, b.ids...)
 	}
-	// A large transaction is delivered in BatchSize chunks, in commit order.
+	// A large transaction is delivered in chunks, in commit order.
 	for len(ids) > 0 && ctx.Err() == nil {
-		chunk := ids[:min(len(ids), r.cfg.BatchSize)]
+		chunk := ids[:min(len(ids), r.limit)]
 		// Logical decoding can hand over a commit a moment before it is
 		// visible to other snapshots; a row claimed too early would be
 		// missed and block its aggregate until the fallback poll. Visibility
@@ -164,9 +202,7 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 		}
 		result := r.pass(ctx, func(ctx context.Context) (claimed, error) { return r.store.OutboxClaimByID(ctx, chunk) })
 		if result.err != nil {
-			wait := backoff.next()
-			r.log.Warn("relay stream pass failed; backing off", zap.Error(result.err), zap.Duration("backoff", wait))
-			sleepCtx(ctx, wait)
+			r.waitAfter(ctx, result.err, backoff)
 			continue
 		}
 		backoff.reset()
@@ -181,9 +217,15 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 }
 
 type passResult struct {
-	claimed int
-	err     error
+	// taken is how many rows the claim took (delivered, failed or
+	// dead-lettered).
+	taken int
+	err   error
 }
+
+// errSuspectBatch: the sink failed a batch with no event singled out; it was
+// released to be claimed again in a smaller batch.
+var errSuspectBatch = errors.New("batch failed without a data error; retrying it smaller")
 
 // pass claims one batch, delivers it and records the outcome.
 func (r *worker) pass(ctx context.Context, claim func(context.Context) (claimed, error)) passResult {
@@ -193,20 +235,25 @@ func (r *worker) pass(ctx context.Context, claim func(context.Context) (claimed,
 	if err != nil {
 		return passResult{err: err}
 	}
+	taken := len(c.messages) + len(c.deadLettered) + len(c.unreadable)
 	if len(c.deadLettered) > 0 {
 		r.metrics.dlqMoved.Add(float64(len(c.deadLettered)))
 		r.log.Error("dead-lettered rows whose last attempt recorded no outcome (relay stopped, or lost PostgreSQL before marking)",
 			zap.Int64s("outbox_ids", c.deadLettered))
 	}
-	claimedCount := c.candidates
+	if len(c.unreadable) > 0 {
+		if err := r.recordFailures(ctx, c.unreadable, c.unreadableErrs); err != nil {
+			return passResult{taken: taken, err: err}
+		}
+	}
 	if len(c.messages) == 0 {
-		return passResult{claimed: claimedCount}
+		return passResult{taken: taken}
 	}
 	r.metrics.batchSize.Observe(float64(len(c.messages)))
 	if err := r.deliver(ctx, c.messages); err != nil {
-		return passResult{claimed: claimedCount, err: err}
+		return passResult{taken: taken, err: err}
 	}
-	return passResult{claimed: claimedCount}
+	return passResult{taken: taken}
 }
 
 // deliver hands a claimed batch to the sink under a renewed lease and records
@@ -232,28 +279,27 @@ func (r *worker) deliver(ctx context.Context, batch []Message) error {
 	bookCtx, bookCancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer bookCancel()
 	if sinkErr != nil {
-		r.metrics.sinkErrors.Inc()
-		if err := r.store.OutboxRelease(bookCtx, ids); err != nil {
-			return errors.Join(fmt.Errorf("sink: %w", sinkErr), err)
-		}
-		return fmt.Errorf("sink could not take a batch of %d: %w", len(batch), sinkErr)
+		return r.sinkFailed(bookCtx, batch, sinkErr)
 	}
+	r.health.sinkWorks()
+	r.limit = min(r.cfg.BatchSize, r.limit*2)
 	var applied, failed []Message
-	var heldBack []int64
+	var released, deferred []int64
+	var notApplied error
 	for _, m := range batch {
 		rejectErr := rejected[m.ID]
 		switch {
 		case rejectErr == nil:
 			applied = append(applied, m)
 		case errors.Is(rejectErr, ErrHeldBack):
-			heldBack = append(heldBack, m.ID)
+			released = append(released, m.ID)
+		case errors.Is(rejectErr, ErrNotApplied):
+			released = append(released, m.ID)
+			notApplied = rejectErr
+		case errors.Is(rejectErr, ErrDeferred):
+			deferred = append(deferred, m.ID)
 		default:
 			failed = append(failed, m)
-		}
-	}
-	if len(heldBack) > 0 {
-		if err := r.store.OutboxRelease(bookCtx, heldBack); err != nil {
-			return err
 		}
 	}
 	if len(applied) > 0 {
@@ -269,22 +315,78 @@ func (r *worker) deliver(ctx context.Context, batch []Message) error {
 		}
 		r.metrics.processed.Add(float64(marked))
 	}
-	if len(failed) > 0 {
-		for _, m := range failed {
-			r.metrics.failures.WithLabelValues(m.EventType).Inc()
-			r.log.Warn("sink rejected event", zap.Int64("outbox_id", m.ID), zap.String("event_type", m.EventType),
-				zap.Int64("tenant_id", m.TenantID), zap.String("aggregate_type", m.AggregateType),
-				zap.Int64("aggregate_id", m.AggregateID), zap.String("trace_id", m.TraceID),
-				zap.Int16("attempt", m.Attempts), zap.Error(rejected[m.ID]))
-		}
-		moved, err := r.store.OutboxFail(bookCtx, failed, rejected)
-		if err != nil {
+	if len(released) > 0 {
+		if err := r.store.OutboxRelease(bookCtx, released); err != nil {
 			return err
 		}
-		if len(moved) > 0 {
-			r.metrics.dlqMoved.Add(float64(len(moved)))
-			r.log.Error("moved events to the DLQ after their last attempt", zap.Int64s("outbox_ids", moved))
+	}
+	if len(deferred) > 0 {
+		if err := r.store.OutboxDefer(bookCtx, deferred); err != nil {
+			return err
 		}
+		r.metrics.deferred.Add(float64(len(deferred)))
+		r.wakeAfter(r.cfg.DependencyWait)
+	}
+	if len(failed) > 0 {
+		if err := r.recordFailures(bookCtx, failed, rejected); err != nil {
+			return err
+		}
+	}
+	if notApplied != nil {
+		r.metrics.sinkErrors.Inc()
+		return fmt.Errorf("sink applied part of a batch of %d, then: %w", len(batch), notApplied)
+	}
+	return nil
+}
+
+// sinkFailed handles a batch the sink could not apply at all, by class (see
+// Sink). Nothing of it was applied.
+func (r *worker) sinkFailed(ctx context.Context, batch []Message, sinkErr error) error {
+	ids := messageIDs(batch)
+	switch {
+	case errors.Is(sinkErr, ErrSinkBroken):
+		r.health.sinkBroken(sinkErr)
+		r.metrics.sinkErrors.Inc()
+	case errors.Is(sinkErr, ErrSinkUnavailable):
+		r.metrics.sinkErrors.Inc()
+	case len(batch) == 1:
+		// Split down to one event and it still fails: from here on it is
+		// the event's attempt that counts, so it cannot stall the relay.
+		r.limit = r.cfg.BatchSize
+		return r.recordFailures(ctx, batch, map[int64]error{batch[0].ID: sinkErr})
+	default:
+		r.limit = max(1, min(r.limit, len(batch))/2)
+		r.metrics.sinkErrors.Inc()
+		r.log.Warn("sink failed a batch without naming an event; retrying it in smaller batches",
+			zap.Int("batch", len(batch)), zap.Int("next_limit", r.limit), zap.String("error", redactLog(sinkErr.Error())))
+		if err := r.store.OutboxRelease(ctx, ids); err != nil {
+			return errors.Join(errSuspectBatch, err)
+		}
+		return errSuspectBatch
+	}
+	if err := r.store.OutboxRelease(ctx, ids); err != nil {
+		return errors.Join(fmt.Errorf("sink: %w", sinkErr), err)
+	}
+	return fmt.Errorf("sink could not take a batch of %d: %w", len(batch), sinkErr)
+}
+
+// recordFailures records events that failed by their own fault: last_error,
+// the retry schedule, past the limit the DLQ. Each is logged once, here.
+func (r *worker) recordFailures(ctx context.Context, failed []Message, reasons map[int64]error) error {
+	for _, m := range failed {
+		r.metrics.failures.WithLabelValues(m.EventType).Inc()
+		r.log.Warn("event failed", zap.Int64("outbox_id", m.ID), zap.String("event_type", clip(m.EventType, 64)),
+			zap.Int64("tenant_id", m.TenantID), zap.String("aggregate_type", clip(m.AggregateType, 64)),
+			zap.Int64("aggregate_id", m.AggregateID), zap.String("trace_id", clip(m.TraceID, 128)),
+			zap.Int16("attempt", m.Attempts), zap.String("error", clip(redactLog(reasons[m.ID].Error()), 1024)))
+	}
+	moved, err := r.store.OutboxFail(ctx, failed, reasons)
+	if err != nil {
+		return err
+	}
+	if len(moved) > 0 {
+		r.metrics.dlqMoved.Add(float64(len(moved)))
+		r.log.Error("moved events to the DLQ after their last attempt", zap.Int64s("outbox_ids", moved))
 	}
 	return nil
 }

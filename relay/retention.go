@@ -103,12 +103,31 @@ func ArchivePartitionsEnsure(ctx context.Context, pool *pgxpool.Pool, now time.T
 		// Partition bounds cannot be parameters; they are dates we formatted.
 		ddl := fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s PARTITION OF outbox_messages_archive FOR VALUES FROM ('%s') TO ('%s')",
 			pgx.Identifier{name}.Sanitize(), month.Format("2006-01-02"), month.AddDate(0, 1, 0).Format("2006-01-02"))
-		if _, err := pool.Exec(ctx, ddl); err != nil {
+		// Two processes starting together both find the month missing;
+		// CREATE TABLE IF NOT EXISTS is not safe against that race (the
+		// loser fails on the catalog's unique index), so creations are
+		// serialised and the check is repeated under the lock.
+		made := false
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, gsql.Query("ArchivePartitionLock")); err != nil {
+				return err
+			}
+			var exists bool
+			if err := tx.QueryRow(ctx, gsql.Query("ArchivePartitionExists"), name).Scan(&exists); err != nil || exists {
+				return err
+			}
+			_, err := tx.Exec(ctx, ddl)
+			made = err == nil
+			return err
+		})
+		if err != nil {
 			// Keep going: one month's problem must not block the others.
 			errs = append(errs, fmt.Errorf("create archive partition %s: %w", name, err))
 			continue
 		}
-		created = append(created, name)
+		if made {
+			created = append(created, name)
+		}
 	}
 	return created, errors.Join(errs...)
 }

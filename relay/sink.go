@@ -7,10 +7,40 @@ import (
 	"time"
 )
 
-// ErrHeldBack marks a message a sink did not apply because an earlier message
-// of its aggregate in the same batch was rejected. It is not the message's
-// fault: no attempt is counted and no last_error is recorded.
-var ErrHeldBack = errors.New("held back behind an earlier failing event of its aggregate")
+// Outcomes a Sink gives single messages in its rejected map, besides a
+// plain error (the event's own fault: its attempt counts, last_error records
+// it, the retry schedule and then the DLQ follow).
+var (
+	// ErrHeldBack marks a message a sink did not apply because an earlier
+	// message of its aggregate in the same batch failed. It is not the
+	// message's fault: no attempt is counted and no last_error is recorded.
+	ErrHeldBack = errors.New("held back behind an earlier failing event of its aggregate")
+	// ErrDeferred marks a message that is valid but needs something another
+	// aggregate's events have not put in place yet (an order naming a
+	// product not projected yet). It is not the message's fault: it is
+	// handed back uncounted, without last_error, and claimed again after
+	// Config.DependencyWait.
+	ErrDeferred = errors.New("waiting for another aggregate's events")
+	// ErrNotApplied marks a message a sink did not get to: part of the batch
+	// was applied and committed, then the sink became unavailable. It is
+	// handed back uncounted and the relay backs off.
+	ErrNotApplied = errors.New("not applied: the sink became unavailable part-way through the batch")
+)
+
+// Classes of the error Deliver returns for a whole batch (wrap one of them).
+// Whatever the class, nothing of the batch was applied.
+var (
+	// ErrSinkUnavailable: the sink's store cannot be reached or is
+	// overloaded; nothing is wrong with the batch. It is released uncounted
+	// and the relay backs off.
+	ErrSinkUnavailable = errors.New("sink unavailable")
+	// ErrSinkBroken: the sink cannot apply anything until someone acts (its
+	// server rejects a statement as a syntax error or a missing parameter,
+	// refuses the credentials, or lacks the schema it needs). The batch is
+	// released uncounted, the relay stops claiming, Health reports the reason,
+	// and it tries again every SinkBackoffMax until it clears.
+	ErrSinkBroken = errors.New("sink broken")
+)
 
 // Message is one outbox row as the relay hands it to a Sink.
 type Message struct {
@@ -32,18 +62,23 @@ type Message struct {
 // never in two concurrent Deliver calls.
 //
 // Deliver returns:
-//   - err != nil: the sink could not apply the batch at all (its store is
-//     unreachable, say). Nothing is marked; the batch is released without
-//     counting the attempt against its messages, and the relay backs off.
+//   - err != nil: nothing of the batch was applied. err wraps
+//     ErrSinkUnavailable or ErrSinkBroken (see those), or is any other
+//     error: the batch failed and no single event could be blamed (a
+//     transaction timeout, say). The relay releases the batch uncounted and
+//     claims smaller and smaller batches; a batch of one event that still
+//     fails that way counts an attempt against the event, so an event that
+//     cannot be applied ends in the DLQ instead of stalling the relay.
 //   - err == nil: every message not in rejected was applied and committed.
-//     Each rejected message (a poison event) gets its error recorded as
-//     last_error, is retried on the schedule, and past the limit goes to the DLQ.
+//     A rejected message wrapping ErrHeldBack, ErrDeferred or ErrNotApplied
+//     is handed back uncounted (see those); any other rejection is the
+//     event's fault: last_error, the retry schedule, past the limit the DLQ.
 //
-// When a sink rejects a message, it must not apply the later messages of the
-// same aggregate in that batch: it rejects them with an error wrapping
-// ErrHeldBack, and the relay hands them back without counting an attempt.
-// The claim then keeps them behind the failing one until it succeeds or is
-// dead-lettered (block-on-error).
+// When a sink rejects a message for any reason, it must not apply the later
+// messages of the same aggregate in that batch: it rejects them with an
+// error wrapping ErrHeldBack. The claim then keeps them behind the failing
+// one until it succeeds or is dead-lettered (block-on-error).
+// relaytest.RunSinkConformance checks a Sink keeps these rules.
 type Sink interface {
 	Deliver(ctx context.Context, batch []Message) (rejected map[int64]error, err error)
 }

@@ -26,13 +26,18 @@ type store struct {
 type claimed struct {
 	messages     []Message
 	deadLettered []int64
+	// unreadable are rows the relay took but cannot hand to a sink (a
+	// tenant PostgreSQL does not have, an infinite occurred_at): poison
+	// events, recorded with unreadableErrs like a sink's rejections.
+	unreadable     []Message
+	unreadableErrs map[int64]error
 	// candidates is how many rows were claimable, taken or not.
 	candidates int
 }
 
-// OutboxClaim claims up to BatchSize due rows in id order.
-func (s *store) OutboxClaim(ctx context.Context) (claimed, error) {
-	return s.claim(ctx, gsql.Query("OutboxClaimCandidates"), s.cfg.BatchSize)
+// OutboxClaim claims up to limit due rows in id order.
+func (s *store) OutboxClaim(ctx context.Context, limit int) (claimed, error) {
+	return s.claim(ctx, gsql.Query("OutboxClaimCandidates"), limit)
 }
 
 // OutboxClaimByID claims the rows a replication stream named; the messages come
@@ -56,8 +61,10 @@ func (s *store) OutboxClaimByID(ctx context.Context, ids []int64) (claimed, erro
 // candidates, count the attempt and lease what it takes.
 //
 // A candidate whose last lease ran out unanswered (orphaned) was in a batch
-// whose relay died, maybe because of that very row. It is taken alone, so a
-// row that crashes relays only burns its own attempts, not its batch-mates'.
+// whose relay died. Once is most likely not the row's fault (a deploy, a
+// SIGKILL), so orphans are reclaimed in batches like any row. A row orphaned
+// a second time is suspect: it is taken alone, so a row that crashes relays
+// only burns its own attempts, not its batch-mates'.
 func (s *store) claim(ctx context.Context, candidates string, arg any) (claimed, error) {
 	var result claimed
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -71,10 +78,11 @@ func (s *store) claim(ctx context.Context, candidates string, arg any) (claimed,
 		type candidate struct {
 			id       int64
 			orphaned bool
+			attempts int16
 		}
 		found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (candidate, error) {
 			var c candidate
-			return c, row.Scan(&c.id, &c.orphaned)
+			return c, row.Scan(&c.id, &c.orphaned, &c.attempts)
 		})
 		if err != nil {
 			return err
@@ -86,8 +94,10 @@ func (s *store) claim(ctx context.Context, candidates string, arg any) (claimed,
 		sort.Slice(found, func(i, j int) bool { return found[i].id < found[j].id })
 		take := make([]int64, 0, len(found))
 		for _, c := range found {
-			if c.orphaned {
-				take = append(take[:0], c.id)
+			if c.orphaned && c.attempts >= 2 {
+				if len(take) == 0 {
+					take = append(take, c.id)
+				}
 				break
 			}
 			take = append(take, c.id)
@@ -96,20 +106,38 @@ func (s *store) claim(ctx context.Context, candidates string, arg any) (claimed,
 		if err != nil {
 			return err
 		}
-		messages, err := pgx.CollectRows(rows, scanMessage)
+		type taken struct {
+			msg     Message
+			problem error
+		}
+		// Scanning cannot fail on a row PostgreSQL accepted: the payload is
+		// taken as bytes (decoding is the sink's job, per event) and the
+		// timestamp as a value that can be infinite.
+		takenRows, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (taken, error) {
+			m, problem, err := scanMessage(row)
+			return taken{m, problem}, err
+		})
 		if err != nil {
 			return err
 		}
-		sort.Slice(messages, func(i, j int) bool { return messages[i].ID < messages[j].ID })
+		sort.Slice(takenRows, func(i, j int) bool { return takenRows[i].msg.ID < takenRows[j].msg.ID })
 		var exhausted []int64
 		var reasons []string
-		for _, m := range messages {
-			if int(m.Attempts) > s.cfg.MaxAttempts {
+		for _, t := range takenRows {
+			m := t.msg
+			switch {
+			case int(m.Attempts) > s.cfg.MaxAttempts:
 				exhausted = append(exhausted, m.ID)
 				reasons = append(reasons, fmt.Sprintf("gave up after %d attempts: no outcome was recorded for the last one (its relay stopped, or lost PostgreSQL before marking it)", s.cfg.MaxAttempts))
-				continue
+			case t.problem != nil:
+				if result.unreadableErrs == nil {
+					result.unreadableErrs = map[int64]error{}
+				}
+				result.unreadable = append(result.unreadable, m)
+				result.unreadableErrs[m.ID] = t.problem
+			default:
+				result.messages = append(result.messages, m)
 			}
-			result.messages = append(result.messages, m)
 		}
 		if len(exhausted) > 0 {
 			moved, err := outboxMoveToDLQ(ctx, tx, exhausted, reasons, &s.relayID)
@@ -126,13 +154,30 @@ func (s *store) claim(ctx context.Context, candidates string, arg any) (claimed,
 	return result, nil
 }
 
-func scanMessage(row pgx.CollectableRow) (Message, error) {
-	var m Message
+// scanMessage reads one taken row. problem is set for a row that cannot be
+// handed to a sink; err only for a failure of the scan itself.
+func scanMessage(row pgx.CollectableRow) (m Message, problem error, err error) {
 	var trace pgtype.Text
-	err := row.Scan(&m.ID, &m.TenantID, &m.AggregateType, &m.AggregateID, &m.EventType,
-		&m.EventVersion, &m.Payload, &m.OccurredAt, &m.Attempts, &trace)
+	var occurred pgtype.Timestamptz
+	var payload []byte
+	var tenantKnown bool
+	err = row.Scan(&m.ID, &m.TenantID, &m.AggregateType, &m.AggregateID, &m.EventType,
+		&m.EventVersion, &payload, &occurred, &m.Attempts, &trace, &tenantKnown)
+	if err != nil {
+		return m, nil, err
+	}
+	m.Payload = payload
 	m.TraceID = trace.String
-	return m, err
+	m.OccurredAt = occurred.Time
+	switch {
+	case !tenantKnown:
+		problem = fmt.Errorf("%s %d (%s): tenant %d does not exist in PostgreSQL (tenants table); the event is not applied",
+			clip(m.EventType, 64), m.AggregateID, clip(m.AggregateType, 64), m.TenantID)
+	case occurred.InfinityModifier != pgtype.Finite:
+		problem = fmt.Errorf("%s %d (%s): occurred_at is %s, not a point in time",
+			clip(m.EventType, 64), m.AggregateID, clip(m.AggregateType, 64), occurred.InfinityModifier)
+	}
+	return m, problem, nil
 }
 
 // OutboxNotVisible returns the ids this snapshot cannot see (yet).
@@ -158,6 +203,15 @@ func (s *store) OutboxMarkProcessed(ctx context.Context, ids []int64) (int64, er
 func (s *store) OutboxExtendLease(ctx context.Context, ids []int64) error {
 	if _, err := s.pool.Exec(ctx, gsql.Query("OutboxExtendLease"), ids, s.relayID, s.cfg.Lease); err != nil {
 		return fmt.Errorf("extend lease of %d outbox rows: %w", len(ids), err)
+	}
+	return nil
+}
+
+// OutboxDefer hands rows back uncounted, due again after DependencyWait:
+// they wait for another aggregate's events, which is not their fault.
+func (s *store) OutboxDefer(ctx context.Context, ids []int64) error {
+	if _, err := s.pool.Exec(ctx, gsql.Query("OutboxDefer"), ids, s.relayID, s.cfg.DependencyWait); err != nil {
+		return fmt.Errorf("defer %d outbox rows: %w", len(ids), err)
 	}
 	return nil
 }

@@ -138,12 +138,19 @@ func isObjectInUse(err error) bool {
 func (s *streamer) run(ctx context.Context) error {
 	backoff := newBackoff(s.r.cfg.SinkBackoff, s.r.cfg.SinkBackoffMax)
 	for ctx.Err() == nil {
+		established := false
 		err := EnsureStream(ctx, s.r.pool, s.r.cfg.Slot, s.r.cfg.Publication)
 		if err == nil {
-			err = s.follow(ctx)
+			established, err = s.follow(ctx)
 		}
 		if ctx.Err() != nil {
 			return nil
+		}
+		if established {
+			// A connection that streamed starts the backoff afresh: a
+			// process that lost it twenty times in its life still
+			// reconnects at once, not after the maximum.
+			backoff.reset()
 		}
 		wait := backoff.next()
 		if isObjectInUse(err) {
@@ -165,19 +172,26 @@ func (s *streamer) run(ctx context.Context) error {
 }
 
 // follow runs one replication connection.
-func (s *streamer) follow(ctx context.Context) error {
+// follow runs one replication connection. established reports whether it
+// got as far as streaming.
+func (s *streamer) follow(ctx context.Context) (established bool, err error) {
 	conn, err := pgconn.ConnectConfig(ctx, s.config)
 	if err != nil {
-		return fmt.Errorf("replication connect: %w", err)
+		return false, fmt.Errorf("replication connect: %w", err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer closeWithin(ctx, conn.Close)
 
 	err = pglogrepl.StartReplication(ctx, conn, s.r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		PluginArgs: []string{"proto_version '1'", "publication_names '" + s.r.cfg.Publication + "'"},
 	})
 	if err != nil {
-		return fmt.Errorf("start replication on slot %s: %w", s.r.cfg.Slot, err)
+		return false, fmt.Errorf("start replication on slot %s: %w", s.r.cfg.Slot, err)
 	}
+	return true, s.stream(ctx, conn)
+}
+
+// stream follows a started replication connection until it fails.
+func (s *streamer) stream(ctx context.Context, conn *pgconn.PgConn) error {
 	s.log.Info("streaming outbox inserts")
 
 	session := &streamSession{lastProgress: time.Now()}

@@ -2,7 +2,7 @@ package relay
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,7 +24,7 @@ func newFailingSink() (*recordingSink, *atomic.Bool) {
 	failing.Store(true)
 	sink.fail = func() error {
 		if failing.Load() {
-			return errors.New("neo4j down")
+			return fmt.Errorf("%w: neo4j down", ErrSinkUnavailable)
 		}
 		return nil
 	}

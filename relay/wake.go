@@ -110,9 +110,12 @@ func (w *waker) listen(ctx context.Context) error {
 	r := w.r
 	backoff := newBackoff(r.cfg.SinkBackoff, r.cfg.SinkBackoffMax)
 	for ctx.Err() == nil {
-		err := w.listenOnce(ctx)
+		established, err := w.listenOnce(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if established {
+			backoff.reset() // as the stream's: a good connection starts afresh
 		}
 		wait := backoff.next()
 		r.log.Warn("LISTEN connection lost; reconnecting", zap.Error(err), zap.Duration("backoff", wait))
@@ -121,23 +124,33 @@ func (w *waker) listen(ctx context.Context) error {
 	return nil
 }
 
-func (w *waker) listenOnce(ctx context.Context) error {
+// listenOnce runs one LISTEN connection; established reports whether LISTEN
+// took effect.
+func (w *waker) listenOnce(ctx context.Context) (established bool, err error) {
 	pooled, err := w.r.pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("acquire LISTEN connection: %w", err)
+		return false, fmt.Errorf("acquire LISTEN connection: %w", err)
 	}
 	// The connection carries LISTEN state: it must not go back to the pool.
 	conn := pooled.Hijack()
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer closeWithin(ctx, conn.Close)
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{w.r.cfg.NotifyChannel}.Sanitize()); err != nil {
-		return fmt.Errorf("LISTEN %s: %w", w.r.cfg.NotifyChannel, err)
+		return false, fmt.Errorf("LISTEN %s: %w", w.r.cfg.NotifyChannel, err)
 	}
 	// Rows committed before LISTEN took effect are found by this wake-up.
 	w.broadcast()
 	for {
 		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return err
+			return true, err
 		}
 		w.broadcast()
 	}
+}
+
+// closeWithin closes a connection on a context of its own: the caller's may
+// be done already, and a close must not hang on a dead server.
+func closeWithin(ctx context.Context, close func(context.Context) error) {
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = close(closeCtx)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -49,9 +50,11 @@ func dlqCommand(ctx context.Context, pool *pgxpool.Pool, sub string, ids []int64
 		}
 		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "ID\tTENANT\tAGGREGATE\tEVENT\tATTEMPTS\tDEAD SINCE\tLAST ERROR")
+		// Producer text (types, errors) is clipped and kept to one line, so
+		// one odd row cannot widen or break every line of the table.
 		for _, d := range letters {
-			fmt.Fprintf(w, "%d\t%d\t%s/%d\t%s v%d\t%d\t%s\t%s\n", d.ID, d.TenantID, d.AggregateType, d.AggregateID,
-				d.EventType, d.EventVersion, d.Attempts, d.DeadLetteredAt.Format(time.RFC3339), d.LastError)
+			fmt.Fprintf(w, "%d\t%d\t%s/%d\t%s v%d\t%d\t%s\t%s\n", d.ID, d.TenantID, cell(d.AggregateType, 24), d.AggregateID,
+				cell(d.EventType, 40), d.EventVersion, d.Attempts, d.DeadLetteredAt.Format(time.RFC3339), cell(d.LastError, 400))
 		}
 		return w.Flush()
 	case "retry", "discard":
@@ -124,10 +127,13 @@ func runNotify(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("notify "+args[0], flag.ContinueOnError)
 	var conn connFlags
 	conn.register(fs, false)
+	channel := fs.String("notify-channel", "graphsync_outbox", "the channel the trigger notifies: the relay's --notify-channel")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	change := relay.NotifyTriggerEnable
+	change := func(ctx context.Context, pool *pgxpool.Pool) error {
+		return relay.NotifyTriggerEnable(ctx, pool, *channel)
+	}
 	if args[0] == "disable" {
 		change = relay.NotifyTriggerDisable
 	}
@@ -138,4 +144,14 @@ func runNotify(ctx context.Context, args []string) error {
 		fmt.Printf("notify: trigger %sd\n", args[0])
 		return nil
 	})
+}
+
+// cell fits a producer's text into one table cell: one line, at most
+// maxRunes runes.
+func cell(s string, maxRunes int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > maxRunes {
+		return string(r[:maxRunes-1]) + "…"
+	}
+	return s
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/sourcegraph/conc/pool"
 	"go.uber.org/zap"
 
+	"graphsync/events"
 	"graphsync/projector"
 	"graphsync/relay"
 	gsql "graphsync/sql"
@@ -54,11 +55,15 @@ func (f *syncFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.relay.SinkBackoff, "sink-backoff", 500*time.Millisecond, "first wait after Neo4j could not take a batch; doubles each time")
 	fs.DurationVar(&f.relay.SinkBackoffMax, "sink-backoff-max", 30*time.Second, "longest wait between tries while Neo4j is unavailable")
 	fs.DurationVar(&f.relay.StreamStallTimeout, "stream-stall-timeout", 10*time.Second, "stream mode: let go of a replication connection whose transactions cannot be delivered for this long")
+	fs.StringVar(&f.relay.NotifyChannel, "notify-channel", "graphsync_outbox", "notify mode's LISTEN channel (and the channel the trigger is installed with)")
+	fs.DurationVar(&f.relay.DependencyWait, "dependency-wait", time.Second, "how long an event waiting for another aggregate's events (an order whose product is not projected yet) is handed back, uncounted")
 	fs.StringVar(&f.relay.Slot, "slot", "graphsync_outbox", "stream mode's replication slot")
 	fs.StringVar(&f.relay.Publication, "publication", "graphsync_outbox", "stream mode's publication")
 	fs.DurationVar(&f.retentionEvery, "retention-every", time.Hour, "run the archive and partition job this often; 0 disables")
 	fs.BoolVar(&f.untilCaughtUp, "until-caught-up", false, "exit 0 once every event that can flow has been applied (for demos and batch runs)")
 	fs.BoolVar(&f.notifyTrigger, "notify-trigger", true, "notify mode: install the outbox NOTIFY trigger at start")
+	fs.IntVar(&f.projector.Limits.MaxPayloadBytes, "max-payload-bytes", events.DefaultMaxPayloadBytes, "an event whose payload is larger is rejected (and ends in the DLQ) naming the limit")
+	fs.IntVar(&f.projector.Limits.MaxOrderLines, "max-order-lines", events.DefaultMaxOrderLines, "an OrderPlaced with more lines is rejected (and ends in the DLQ) naming the limit")
 	fs.DurationVar(&f.projector.TxTimeout, "neo4j-tx-timeout", time.Minute, "server-side timeout of each Neo4j write transaction; a batch that times out is retried later, uncounted")
 }
 
@@ -120,11 +125,6 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
 		return err
 	}
 	defer driver.Close(context.WithoutCancel(ctx))
-	if f.relay.Wake == relay.WakeNotify && f.notifyTrigger {
-		if err := relay.NotifyTriggerEnable(ctx, pgPool); err != nil {
-			return err
-		}
-	}
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -138,6 +138,11 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
 	rel, err := relay.New(pgPool, sink, f.relay, log.Named("relay"), metrics)
 	if err != nil {
 		return usageError{err.Error()}
+	}
+	if f.relay.Wake == relay.WakeNotify && f.notifyTrigger {
+		if err := relay.NotifyTriggerEnable(ctx, pgPool, rel.Config().NotifyChannel); err != nil {
+			return err
+		}
 	}
 	cfg := rel.Config()
 	log.Info("graphsync sync starting", zap.String("wake", string(cfg.Wake)), zap.String("relay_id", cfg.ID),
@@ -159,7 +164,7 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
 			return fmt.Errorf("listen on %s for /metrics: %w", f.httpAddr, err)
 		}
 		log.Info("serving /metrics, /healthz and /readyz", zap.String("addr", listener.Addr().String()))
-		server := &http.Server{Handler: httpHandler(registry, readiness{pool: pgPool, driver: driver, cfg: cfg}), ReadHeaderTimeout: 5 * time.Second}
+		server := &http.Server{Handler: httpHandler(registry, readiness{pool: pgPool, driver: driver, cfg: cfg, relay: rel}), ReadHeaderTimeout: 5 * time.Second}
 		tasks.Go(func(context.Context) error {
 			if err := server.Serve(listener); !errors.Is(err, http.ErrServerClosed) {
 				cancelRun() // a service without /metrics and /readyz must not run on silently
@@ -260,16 +265,19 @@ type readiness struct {
 	pool   *pgxpool.Pool
 	driver neo4j.DriverWithContext
 	cfg    relay.Config
+	relay  *relay.Relay
 }
 
 func (r readiness) check(ctx context.Context) []string {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	var problems []string
+	// Raw driver errors can carry hosts, users and more: /readyz says what
+	// is wrong in its own words; the logs have the details.
 	if err := r.pool.Ping(ctx); err != nil {
-		problems = append(problems, "postgresql: "+err.Error())
+		problems = append(problems, "postgresql: not reachable")
 	} else if pending, err := gsql.Pending(ctx, r.pool); err != nil {
-		problems = append(problems, "migrations: "+err.Error())
+		problems = append(problems, "migrations: cannot read the applied migrations")
 	} else if len(pending) > 0 {
 		problems = append(problems, fmt.Sprintf("migrations: %d pending: run graphsync migrate", len(pending)))
 	} else if r.cfg.Wake == relay.WakeStream {
@@ -277,13 +285,16 @@ func (r readiness) check(ctx context.Context) []string {
 		err := r.pool.QueryRow(ctx, `SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.Slot).Scan(&walStatus)
 		switch {
 		case err != nil:
-			problems = append(problems, fmt.Sprintf("replication slot %s: %v", r.cfg.Slot, err))
+			problems = append(problems, fmt.Sprintf("replication slot %s: cannot be read", r.cfg.Slot))
 		case walStatus == "lost":
 			problems = append(problems, fmt.Sprintf("replication slot %s lost its WAL: drop it (graphsync stream drop) and restart", r.cfg.Slot))
 		}
 	}
 	if err := r.driver.VerifyConnectivity(ctx); err != nil {
-		problems = append(problems, "neo4j: "+err.Error())
+		problems = append(problems, "neo4j: not reachable")
+	}
+	if r.relay != nil {
+		problems = append(problems, r.relay.Health()...)
 	}
 	return problems
 }

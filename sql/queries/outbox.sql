@@ -16,7 +16,8 @@ SELECT pg_advisory_xact_lock(7162812450386870896),
 
 -- name: OutboxClaimCandidates
 -- $1 batch size. Rows are locked (SKIP LOCKED) until the claim commits.
--- orphaned: the row's last lease ran out unanswered (its relay died).
+-- orphaned: the row's last lease ran out unanswered (its relay died);
+-- attempts tells a first orphaning from a repeated one.
 -- A row is claimable when it is pending, due and not leased, no other row of
 -- its aggregate is in flight, and no earlier pending row of its aggregate waits
 -- for a retry (block-on-error). An earlier row that is free is claimed first in
@@ -24,7 +25,7 @@ SELECT pg_advisory_xact_lock(7162812450386870896),
 -- row in flight" matters: a lower id whose transaction committed late must not
 -- be delivered beside a higher one already in delivery.
 WITH claimable AS (
-  SELECT o.id, o.locked_until IS NOT NULL AS orphaned
+  SELECT o.id, o.locked_until IS NOT NULL AS orphaned, o.attempts
   FROM outbox_messages o
   WHERE o.processed_at IS NULL
     AND o.available_at <= now()
@@ -46,13 +47,13 @@ WITH claimable AS (
   LIMIT $1
   FOR UPDATE SKIP LOCKED
 )
-SELECT id, orphaned FROM claimable;
+SELECT id, orphaned, attempts FROM claimable;
 
 -- name: OutboxClaimByIDCandidates
 -- The stream mode's claim: the same rules as OutboxClaimCandidates, for the
 -- rows the replication stream named ($1). The caller orders them.
 WITH claimable AS (
-  SELECT o.id, o.locked_until IS NOT NULL AS orphaned
+  SELECT o.id, o.locked_until IS NOT NULL AS orphaned, o.attempts
   FROM outbox_messages o
   WHERE o.id = ANY($1::bigint[])
     AND o.processed_at IS NULL
@@ -72,7 +73,7 @@ WITH claimable AS (
       OFFSET 0)
   FOR UPDATE SKIP LOCKED
 )
-SELECT id, orphaned FROM claimable;
+SELECT id, orphaned, attempts FROM claimable;
 
 -- name: OutboxClaimTake
 -- $1 ids chosen from the candidates (still locked by this transaction),
@@ -84,7 +85,10 @@ SET attempts = attempts + 1,
     locked_until = now() + $3::interval
 WHERE id = ANY($1::bigint[])
 RETURNING id, tenant_id, aggregate_type, aggregate_id, event_type,
-          event_version, payload, occurred_at, attempts, trace_id;
+          event_version, payload, occurred_at, attempts, trace_id,
+          -- An event of a tenant PostgreSQL does not have is poison: the
+          -- graph must hold no tenant the truth does not.
+          EXISTS (SELECT 1 FROM tenants t WHERE t.id = outbox_messages.tenant_id) AS tenant_known;
 
 -- name: OutboxMarkProcessed
 -- Only rows still leased by this relay: a row whose lease was taken over is
@@ -97,6 +101,16 @@ WHERE id = ANY($1::bigint[]) AND locked_by = $2;
 UPDATE outbox_messages
 SET locked_until = now() + $3::interval
 WHERE id = ANY($1::bigint[]) AND locked_by = $2 AND processed_at IS NULL;
+
+-- name: OutboxDefer
+-- $1 ids, $2 relay id, $3 wait. The events are valid but wait for another
+-- aggregate's events: handed back uncounted, without last_error, due again
+-- after $3. Later events of their aggregates stay behind them (the claim's
+-- block-on-error rule sees available_at in the future).
+UPDATE outbox_messages
+SET attempts = GREATEST(attempts - 1, 0), locked_by = NULL, locked_until = NULL,
+    available_at = now() + $3::interval
+WHERE id = ANY($1::bigint[]) AND locked_by = $2;
 
 -- name: OutboxRelease
 -- The sink could not take the batch at all (its store is down) or the relay is
@@ -268,3 +282,10 @@ FROM unnest($1::bigint[]) AS x
 WHERE NOT EXISTS (SELECT 1 FROM outbox_messages m WHERE m.id = x)
   AND NOT EXISTS (SELECT 1 FROM outbox_messages_dlq d WHERE d.id = x)
   AND NOT EXISTS (SELECT 1 FROM outbox_messages_archive a WHERE a.id = x);
+
+-- name: ArchivePartitionLock
+-- Serialises archive partition creation between processes.
+SELECT pg_advisory_xact_lock(7162812450386870897);
+
+-- name: ArchivePartitionExists
+SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = $1 AND relkind IN ('r', 'p'));

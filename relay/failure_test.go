@@ -1,0 +1,303 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// A batch that keeps failing with no event singled out (a transaction that
+// always times out because of one event) is split down to single events:
+// the event behind it reaches the DLQ after its attempts, every other
+// aggregate of the same batches flows, and none of them is counted against.
+func TestSuspectBatchIsSplitDownToTheEvent(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	var poison atomic.Int64
+	sink := newRecordingSink()
+	sink.fail = func() error { return nil }
+	failing := &suspectSink{recordingSink: sink, poison: &poison}
+	var ids []int64
+	for i := range 40 {
+		// Interleaved aggregates: the poison's aggregate has events before
+		// and after it in the same batch.
+		id := h.insertCommitted(event{1 + int64(i%3), "Order", int64(i % 7), "OrderConfirmed", fmt.Sprintf(`{"n": %d}`, i)})
+		ids = append(ids, id)
+		if i == 17 {
+			poison.Store(id)
+		}
+	}
+	cfg := h.config("relay-suspect")
+	cfg.BatchSize = 16
+	h.start(failing, cfg)
+	eventually(t, 20*time.Second, "the suspect event dead-lettered and the rest processed", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages_dlq WHERE id = $1`, poison.Load()) == 1 &&
+			h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL AND (tenant_id, aggregate_id) NOT IN
+				(SELECT tenant_id, aggregate_id FROM outbox_messages_dlq)`) == 0
+	})
+	if n := h.count(`SELECT count(*) FROM outbox_messages_dlq`); n != 1 {
+		t.Errorf("%d rows dead-lettered, want the suspect one only", n)
+	}
+	if n := h.count(`SELECT coalesce(max(attempts), 0) FROM outbox_messages WHERE processed_at IS NOT NULL`); n != 1 {
+		t.Errorf("an event applied beside the suspect one was counted %d attempts, want 1", n)
+	}
+	var lastError string
+	if err := h.pool.QueryRow(context.Background(), `SELECT last_error FROM outbox_messages_dlq WHERE id = $1`, poison.Load()).Scan(&lastError); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(lastError, "transaction timed out") {
+		t.Errorf("last_error %q does not say what failed", lastError)
+	}
+	sink.checkViolations(t)
+}
+
+// suspectSink fails, as a whole and with no event named, every batch that
+// holds the poison event.
+type suspectSink struct {
+	*recordingSink
+	poison *atomic.Int64
+}
+
+func (s *suspectSink) Deliver(ctx context.Context, batch []Message) (map[int64]error, error) {
+	for _, m := range batch {
+		if m.ID == s.poison.Load() {
+			return nil, errors.New("the transaction timed out")
+		}
+	}
+	return s.recordingSink.Deliver(ctx, batch)
+}
+
+// A sink that reports itself broken (its server rejects our statements)
+// stops the relay from claiming: no attempt is counted, nothing is
+// dead-lettered, Health names the reason; once it clears, rows flow.
+func TestBrokenSinkStopsClaiming(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	var broken atomic.Bool
+	broken.Store(true)
+	var deliveries atomic.Int64
+	sink := newRecordingSink()
+	sink.fail = func() error {
+		deliveries.Add(1)
+		if broken.Load() {
+			return fmt.Errorf("%w: Neo.ClientError.Statement.SyntaxError", ErrSinkBroken)
+		}
+		return nil
+	}
+	cfg := h.config("relay-broken")
+	cfg.SinkBackoffMax = 300 * time.Millisecond
+	r, _ := h.startRelay(sink, cfg)
+	for i := range 10 {
+		h.insertCommitted(event{1, "Order", int64(i), "OrderConfirmed", `{}`})
+	}
+	eventually(t, 10*time.Second, "the relay reports the broken sink", func() bool {
+		health := r.Health()
+		return len(health) == 1 && strings.Contains(health[0], "SyntaxError")
+	})
+	before := deliveries.Load()
+	eventually(t, 5*time.Second, "a few more tries", func() bool { return deliveries.Load() >= before+2 })
+	if n := h.count(`SELECT count(*) FROM outbox_messages_dlq`) + h.count(`SELECT count(*) FROM outbox_messages WHERE attempts > 1 OR last_error IS NOT NULL`); n != 0 {
+		t.Fatalf("%d rows dead-lettered or counted while the sink was broken", n)
+	}
+	broken.Store(false)
+	eventually(t, 10*time.Second, "rows flow once the sink works", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL`) == 0
+	})
+	if health := r.Health(); len(health) != 0 {
+		t.Errorf("health after recovery: %v", health)
+	}
+}
+
+// An event waiting for another aggregate's events (ErrDeferred) is not a
+// failure: no attempt counted, no last_error, and it is applied once its
+// dependency is there; other aggregates flow meanwhile.
+func TestDeferredEventIsNotAFailure(t *testing.T) {
+	h := newHarness(t, WakeStream)
+	var ready atomic.Bool
+	var waitingID atomic.Int64
+	sink := newRecordingSink()
+	sink.reject = func(m Message) error {
+		if m.ID == waitingID.Load() && !ready.Load() {
+			return fmt.Errorf("product 9 is not in the graph yet: %w", ErrDeferred)
+		}
+		return nil
+	}
+	cfg := h.config("relay-deferred")
+	cfg.DependencyWait = 50 * time.Millisecond
+	cfg.MaxAttempts = 2
+	h.start(sink, cfg)
+	waitingID.Store(h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`}))
+	later := h.insertCommitted(event{1, "Order", 1, "OrderConfirmed", `{}`})
+	other := h.insertCommitted(event{2, "Order", 2, "OrderPlaced", `{}`})
+	eventually(t, 10*time.Second, "the other aggregate applied", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND processed_at IS NOT NULL`, other) == 1
+	})
+	// Several deferrals, more than MaxAttempts: still not a failure.
+	eventually(t, 10*time.Second, "several deferrals", func() bool {
+		n := 0
+		for _, d := range sink.deliveriesOf(waitingID.Load()) {
+			n += d
+		}
+		return n >= 3
+	})
+	ready.Store(true)
+	eventually(t, 10*time.Second, "the waiting event and the one behind it applied", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE id IN ($1, $2) AND processed_at IS NOT NULL`, waitingID.Load(), later) == 2
+	})
+	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE last_error IS NOT NULL OR attempts > 1`); n != 0 {
+		t.Errorf("%d rows carry a failure after only waiting", n)
+	}
+	if n := h.count(`SELECT count(*) FROM outbox_messages_dlq`); n != 0 {
+		t.Errorf("%d rows dead-lettered for waiting", n)
+	}
+	applied := sink.applied()
+	for i, m := range applied {
+		if m.ID == later && (i == 0 || !containsID(applied[:i], waitingID.Load())) {
+			t.Errorf("the event behind the waiting one was applied before it")
+		}
+	}
+}
+
+func containsID(ms []Message, id int64) bool {
+	for _, m := range ms {
+		if m.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// deliveriesOf counts the batches that held id, applied or not.
+func (s *recordingSink) deliveriesOf(id int64) []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return []int{s.seen[id]}
+}
+
+// A relay killed with a full batch in flight leaves its rows orphaned; a
+// new relay reclaims them in batches, within a few claims, not one row per
+// wake-up. The poll interval is an hour: only the start-up drain runs.
+func TestOrphansAreReclaimedInBatches(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	for i := range 300 {
+		h.insertCommitted(event{1 + int64(i%4), "Order", int64(i % 50), "OrderConfirmed", `{}`})
+	}
+	// What a SIGKILLed relay leaves: the attempt counted, the lease run out.
+	if _, err := h.pool.Exec(context.Background(), `UPDATE outbox_messages
+		SET attempts = 1, locked_by = 'killed/0', locked_until = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	sink := newRecordingSink()
+	cfg := h.config("relay-after-kill")
+	cfg.PollInterval = time.Hour
+	cfg.BatchSize = 100
+	h.start(sink, cfg)
+	eventually(t, 15*time.Second, "every orphaned row delivered by the start-up drain", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL`) == 0
+	})
+	sink.mu.Lock()
+	batches := len(sink.deliveries)
+	sink.mu.Unlock()
+	// 300 rows of 200 aggregates in batches of 100; an aggregate's second
+	// row waits for its first, so a few more claims than 3, never 300.
+	if batches > 12 {
+		t.Errorf("%d deliveries for 300 orphaned rows", batches)
+	}
+	sink.checkViolations(t)
+}
+
+// A relay whose NotifyChannel is not the default is still woken by the
+// trigger installed for it.
+func TestChangedNotifyChannelStillWakes(t *testing.T) {
+	h := newHarness(t, WakePoll) // no trigger yet
+	if err := NotifyTriggerEnable(context.Background(), h.pool, "orders_outbox_hint"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := h.config("relay-channel")
+	cfg.Wake = WakeNotify
+	cfg.NotifyChannel = "orders_outbox_hint"
+	cfg.PollInterval = time.Hour
+	sink := newRecordingSink()
+	h.start(sink, cfg)
+	// The first wake-up drains what is there; wait for LISTEN to be in place.
+	eventually(t, 10*time.Second, "LISTEN on the channel", func() bool {
+		return h.count(`SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%orders_outbox_hint%'`) >= 1
+	})
+	id := h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`})
+	eventually(t, 10*time.Second, "the row delivered on the hint alone", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND processed_at IS NOT NULL`, id) == 1
+	})
+	if err := NotifyTriggerEnable(context.Background(), h.pool, "bad channel'; DROP TABLE tenants; --"); err == nil {
+		t.Error("a channel that is not a plain identifier was accepted")
+	}
+}
+
+// After 20 forced disconnects of the replication connection, the stream
+// reconnects within the base backoff, not after the maximum: a good
+// connection starts the backoff afresh.
+func TestStreamReconnectBackoffResets(t *testing.T) {
+	h := newHarness(t, WakeStream)
+	cfg := streamOnlyConfig(h, "relay-reconnect")
+	cfg.SinkBackoff = 50 * time.Millisecond
+	cfg.SinkBackoffMax = 20 * time.Second
+	h.start(newRecordingSink(), cfg)
+	activePID := func() int64 {
+		return h.count(`SELECT coalesce(max(active_pid), 0) FROM pg_replication_slots WHERE slot_name = $1`, h.slot)
+	}
+	var took time.Duration
+	for i := range 21 {
+		var pid int64
+		eventually(t, 15*time.Second, fmt.Sprintf("reconnect %d", i), func() bool { pid = activePID(); return pid != 0 })
+		if i == 20 {
+			break
+		}
+		start := time.Now()
+		h.count(`SELECT count(*) FROM (SELECT pg_terminate_backend($1::int)) t`, pid)
+		eventually(t, 15*time.Second, "the old connection gone", func() bool { return activePID() != pid })
+		took = time.Since(start)
+	}
+	// Without the reset the 20th wait alone is the 20 s maximum.
+	if took > 5*time.Second {
+		t.Errorf("the 20th reconnect took %s", took)
+	}
+	id := h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`})
+	eventually(t, 10*time.Second, "a row streamed after the reconnects", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND processed_at IS NOT NULL`, id) == 1
+	})
+}
+
+// Two processes creating next month's archive partition at once: both
+// succeed, one of them creates it.
+func TestArchivePartitionCreationRace(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	now := time.Now().AddDate(3, 0, 0) // months no other test creates
+	var mu sync.Mutex
+	var created []string
+	var g errgroup.Group
+	for range 4 {
+		g.Go(func() error {
+			names, err := ArchivePartitionsEnsure(context.Background(), h.pool, now, 1)
+			mu.Lock()
+			created = append(created, names...)
+			mu.Unlock()
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatalf("concurrent partition creation: %v", err)
+	}
+	seen := map[string]int{}
+	for _, name := range created {
+		seen[name]++
+	}
+	for name, n := range seen {
+		if n != 1 {
+			t.Errorf("partition %s reported created %d times", name, n)
+		}
+	}
+}

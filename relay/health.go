@@ -1,0 +1,71 @@
+package relay
+
+import (
+	"regexp"
+	"sync"
+	"unicode/utf8"
+)
+
+// health is what the relay knows about its sink beyond single batches: a
+// sink reported broken keeps the relay from claiming until a batch goes
+// through again.
+type health struct {
+	metrics *Metrics
+	mu      sync.Mutex
+	broken  string
+}
+
+func (h *health) sinkBroken(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.broken = clip(redactLog(err.Error()), 300)
+	h.metrics.sinkBrokenGauge.Set(1)
+}
+
+func (h *health) sinkWorks() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.broken != "" {
+		h.broken = ""
+		h.metrics.sinkBrokenGauge.Set(0)
+	}
+}
+
+// Health returns the relay's problems, for /readyz: empty when it relays
+// normally. A broken sink (see ErrSinkBroken) is named with its reason.
+func (r *Relay) Health() []string {
+	r.health.mu.Lock()
+	defer r.health.mu.Unlock()
+	if r.health.broken != "" {
+		return []string{"sink broken, not claiming until it clears: " + r.health.broken}
+	}
+	return nil
+}
+
+// clip bounds a text for logs and error columns: producers may put anything
+// in a trace id or an event type, and a megabyte of it in every log line
+// helps nobody.
+func clip(s string, maxBytes int) string {
+	if len(s) <= maxBytes {
+		return s
+	}
+	cut := maxBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…(truncated)"
+}
+
+// Credentials a driver may echo in an error: a URL's password and
+// key=value passwords.
+var (
+	urlPassword = regexp.MustCompile(`(://[^:/@\s]+:)[^@\s]+@`)
+	kvPassword  = regexp.MustCompile(`(?i)(password\s*[=:]\s*)\S+`)
+)
+
+// redactLog hides credentials in a text before it reaches a log or an
+// HTTP answer.
+func redactLog(s string) string {
+	s = urlPassword.ReplaceAllString(s, "${1}xxxxx@")
+	return kvPassword.ReplaceAllString(s, "${1}xxxxx")
+}
