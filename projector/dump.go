@@ -63,7 +63,7 @@ func DumpModelGraph(ctx context.Context, driver neo4j.DriverWithContext, model g
 		}
 	}
 	session := driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeRead, DatabaseName: database})
-	defer session.Close(ctx)
+	defer closeSession(ctx, session)
 	_, err := session.ExecuteRead(ctx, func(tx neo4j.ManagedTransaction) (any, error) {
 		dump.Nodes, dump.Tombstones, dump.Relationships = nil, nil, nil
 		params := map[string]any{"tenant_id": tenantID}

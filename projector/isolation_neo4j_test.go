@@ -70,7 +70,8 @@ func TestPoisonEventsAreIsolated(t *testing.T) {
 			t.Errorf("rejected[%d] = %v, want %q", id, err, text)
 		}
 	}
-	if !errors.Is(rejected[ids[7]], ErrCrossTenant) || !errors.Is(rejected[ids[8]], ErrNotProjected) ||
+	if !errors.Is(rejected[ids[7]], ErrCrossTenant) || !errors.Is(rejected[ids[8]], ErrNotProjected) || !errors.Is(rejected[ids[8]], relay.ErrDeferred) ||
+		errors.Is(rejected[ids[7]], relay.ErrDeferred) ||
 		!errors.Is(rejected[ids[2]], ErrInvalidEvent) || !errors.Is(rejected[ids[5]], events.ErrUnknownEvent) ||
 		!errors.Is(rejected[ids[10]], relay.ErrHeldBack) {
 		t.Errorf("rejections do not match their sentinels: %v", rejected)

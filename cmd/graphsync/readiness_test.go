@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+	"go.uber.org/zap/zaptest"
+
+	"graphsync/internal/teststack"
+	"graphsync/projector"
+	"graphsync/relay"
+)
+
+// A sink that cannot apply anything (here: the projector writes to a Neo4j
+// database that does not exist, which the real server refuses with a
+// Neo.ClientError.Database error) stops the relay from claiming: /readyz
+// names the broken sink, no event is counted or dead-lettered; a
+// readiness check against an unreachable Neo4j says so without echoing the
+// driver's error text.
+func TestReadinessNamesABrokenSink(t *testing.T) {
+	ctx := context.Background()
+	_, pool := teststack.FreshDatabase(t)
+	driver := teststack.Neo4j(t)
+	sink, err := projector.New(driver, projector.Config{Database: "nosuchdatabase"}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := relay.New(pool, sink, relay.Config{PollInterval: 50 * time.Millisecond, SinkBackoff: 20 * time.Millisecond, SinkBackoffMax: 200 * time.Millisecond,
+		RetryStep: 10 * time.Millisecond, MaxAttempts: 2}, zaptest.NewLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tenant int64
+	if err := pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('broken') RETURNING id`).Scan(&tenant); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := pool.Exec(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
+			VALUES ($1, 'Product', $2, 'ProductDeleted', jsonb_build_object('id', $2::bigint, 'version', 1))`, tenant, 1+i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- rel.Run(runCtx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	ready := readiness{pool: pool, driver: driver, cfg: rel.Config(), relay: rel}
+	deadline := time.Now().Add(15 * time.Second)
+	var problems []string
+	for time.Now().Before(deadline) {
+		if problems = ready.check(ctx); len(problems) > 0 {
+			break
+		}
+		<-time.After(50 * time.Millisecond)
+	}
+	if len(problems) != 1 || !strings.Contains(problems[0], "sink broken") || !strings.Contains(problems[0], "Neo.ClientError.Database") {
+		t.Fatalf("readiness = %q, want the broken sink named", problems)
+	}
+	// Several more passes: still nothing counted against the events.
+	<-time.After(600 * time.Millisecond)
+	var counted, dead int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE attempts > 1 OR last_error IS NOT NULL),
+		(SELECT count(*) FROM outbox_messages_dlq) FROM outbox_messages`).Scan(&counted, &dead); err != nil {
+		t.Fatal(err)
+	}
+	if counted != 0 || dead != 0 {
+		t.Errorf("%d events counted and %d dead-lettered while the sink was broken", counted, dead)
+	}
+
+	unreachable, err := neo4j.NewDriverWithContext("bolt://127.0.0.1:1", neo4j.NoAuth())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unreachable.Close(ctx)
+	problems = readiness{pool: pool, driver: unreachable, cfg: rel.Config()}.check(ctx)
+	if len(problems) != 1 || problems[0] != "neo4j: not reachable" {
+		t.Errorf("readiness with Neo4j unreachable = %q, want only %q", problems, "neo4j: not reachable")
+	}
+}
