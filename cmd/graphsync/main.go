@@ -10,6 +10,7 @@
 //	graphsync stream drop        drop the stream mode's slot and publication
 //	graphsync notify enable|disable
 //	graphsync context --tenant N "question"   tenant-safe GraphRAG context
+//	graphsync drift [--repair]   the boundary review: PostgreSQL against the graph
 //
 // Every flag has an environment variable (GRAPHSYNC_<FLAG>, upper-case,
 // dashes as underscores); a flag given on the command line wins.
@@ -40,6 +41,7 @@ var commands = map[string]command{
 	"stream":    {"stream drop: drop the replication slot and publication", runStream},
 	"notify":    {"notify enable|disable: the outbox NOTIFY trigger", runNotify},
 	"context":   {"print the graph context of a question for one tenant (GraphRAG retrieval)", runContext},
+	"drift":     {"compare PostgreSQL with the graph per tenant and label; --repair fixes what it finds", runDrift},
 }
 
 func main() {
@@ -65,6 +67,13 @@ func run(args []string) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		var exitErr exitError
+		if errors.As(err, &exitErr) {
+			if exitErr.msg != "" {
+				fmt.Fprintf(os.Stderr, "graphsync %s: %s\n", args[0], exitErr.msg)
+			}
+			return exitErr.code
+		}
 		var usageErr usageError
 		if errors.As(err, &usageErr) {
 			fmt.Fprintf(os.Stderr, "graphsync %s: %v\n", args[0], err)
@@ -75,6 +84,15 @@ func run(args []string) int {
 	}
 	return 0
 }
+
+// exitError ends a command with a given exit code and, unless empty, one
+// line on standard error.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e exitError) Error() string { return e.msg }
 
 // usageError marks a mistake in how the command was called (exit code 2).
 type usageError struct{ msg string }

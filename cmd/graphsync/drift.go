@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"graphsync/drift"
+)
+
+// runDrift is `graphsync drift`: exit 0 when drift <= --threshold, 1 when
+// more, 2 when the comparison could not run (one line says why).
+func runDrift(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("drift", flag.ContinueOnError)
+	var conn connFlags
+	conn.register(fs, true)
+	format := fs.String("format", "markdown", "markdown or json")
+	out := fs.String("out", "", "write the report to FILE instead of standard output")
+	tenant := fs.Int64("tenant", 0, "check one tenant only")
+	threshold := fs.Int("threshold", 0, "exit 1 only when drift is above this")
+	sampleShare := fs.Float64("sample", 1, "share of keys to compare, in (0, 1]: a quick check of a random sample")
+	repair := fs.Bool("repair", false, "re-project drifted nodes from the rows and remove what no row backs (writes Neo4j only)")
+	recheck := fs.Duration("recheck-after", 2*time.Second, "wait before the second look at first-pass differences")
+	if err := parseFlags(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return exitError{2, err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return exitError{2, fmt.Sprintf("unexpected arguments %v", fs.Args())}
+	}
+	if *format != "markdown" && *format != "md" && *format != "json" {
+		return exitError{2, fmt.Sprintf("unknown format %q: want markdown or json", *format)}
+	}
+	if *threshold < 0 {
+		return exitError{2, fmt.Sprintf("--threshold must be >= 0, got %d", *threshold)}
+	}
+	report, err := checkDrift(ctx, conn, drift.Config{TenantID: *tenant, Sample: *sampleShare, RecheckAfter: *recheck}, *repair)
+	if err != nil {
+		return exitError{2, oneLine(err.Error())}
+	}
+	var w io.Writer = os.Stdout
+	if *out != "" {
+		f, err := os.Create(*out)
+		if err != nil {
+			return exitError{2, fmt.Sprintf("write the report: %v", err)}
+		}
+		defer f.Close()
+		w = f
+	}
+	if *format == "json" {
+		err = report.WriteJSON(w)
+	} else {
+		err = report.WriteMarkdown(w, *threshold)
+	}
+	if err != nil {
+		return exitError{2, fmt.Sprintf("write the report: %v", err)}
+	}
+	if report.DriftTotal > *threshold {
+		return exitError{1, fmt.Sprintf("drift %d is above the threshold of %d", report.DriftTotal, *threshold)}
+	}
+	return nil
+}
+
+func checkDrift(ctx context.Context, conn connFlags, cfg drift.Config, repair bool) (*drift.Report, error) {
+	pool, err := conn.openPostgres(ctx, 4)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	driver, err := conn.openNeo4j(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	defer driver.Close(context.WithoutCancel(ctx))
+	log, err := conn.logger()
+	if err != nil {
+		return nil, err
+	}
+	checker, err := drift.New(pool, driver, cfg, log.Named("drift"))
+	if err != nil {
+		return nil, err
+	}
+	report, err := checker.Run(ctx, repair)
+	if err != nil {
+		return nil, fmt.Errorf("%s", redactText(err.Error()))
+	}
+	return report, nil
+}
+
+// oneLine keeps an error to one line.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -1,0 +1,88 @@
+package cypher
+
+import (
+	"fmt"
+	"strings"
+
+	"graphsync/graphmodel"
+)
+
+// Repair statements, for `graphsync drift --repair` and rebuild: they write
+// the state the business rows imply. Unlike the event statements they take
+// the rows' version as the guard and allow an equal one (the rows are the
+// truth for that version), and they never touch a node whose version is
+// newer: live sync may have applied a later event meanwhile. Every value is
+// a parameter; labels, types and keys come from the validated model.
+
+// RepairNodeText upserts nodes of label from rows {tenant_id, id, version,
+// props}. A node tombstoned meanwhile is left alone.
+func RepairNodeText(m graphmodel.Model, label string) (string, error) {
+	l, ok := m.Label(label)
+	if !ok || l.Role == graphmodel.RoleTenant {
+		return "", fmt.Errorf("repair: %q is not a node label of the model", label)
+	}
+	var b strings.Builder
+	b.WriteString("UNWIND $rows AS row\n")
+	if l.Tombstone != "" {
+		fmt.Fprintf(&b, "OPTIONAL MATCH (t:%s {%s: row.tenant_id, %s: row.id})\nWITH row, t\nWHERE t IS NULL\n",
+			l.Tombstone, graphmodel.KeyTenantID, graphmodel.KeyID)
+	}
+	fmt.Fprintf(&b, "MERGE (n:%s {%s: row.tenant_id, %s: row.id})\n", l.Name, graphmodel.KeyTenantID, graphmodel.KeyID)
+	fmt.Fprintf(&b, "ON CREATE SET n.%s = row.version, n.%s = 0\n", graphmodel.PropVersion, graphmodel.PropOutboxID)
+	fmt.Fprintf(&b, "WITH n, row\nWHERE coalesce(n.%s, 0) <= row.version\n", graphmodel.PropVersion)
+	sets := []string{fmt.Sprintf("n.%s = row.version", graphmodel.PropVersion)}
+	for _, p := range l.Properties {
+		sets = append(sets, fmt.Sprintf("n.%s = row.props.%s", p.Key, p.Key))
+	}
+	fmt.Fprintf(&b, "SET %s\nRETURN count(n) AS applied", strings.Join(sets, ",\n    "))
+	return b.String(), nil
+}
+
+// RepairRelText merges relationships of type typ from rows {tenant_id,
+// from_id, to_id, version, props}: only where the owning aggregate (the From
+// end when it is an aggregate, else the To end) is not newer than version.
+func RepairRelText(m graphmodel.Model, typ string) (string, error) {
+	rt, ok := m.Relationship(typ)
+	if !ok {
+		return "", fmt.Errorf("repair: %q is not a relationship type of the model", typ)
+	}
+	owner := "b"
+	if from, _ := m.Label(rt.From); from.Role == graphmodel.RoleAggregate {
+		owner = "a"
+	}
+	keys := []string{fmt.Sprintf("%s: row.tenant_id", graphmodel.KeyTenantID)}
+	for _, p := range rt.Key {
+		keys = append(keys, fmt.Sprintf("%s: row.props.%s", p.Key, p.Key))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "UNWIND $rows AS row\nMATCH (a:%s {%s: row.tenant_id, %s: row.from_id})\nMATCH (b:%s {%s: row.tenant_id, %s: row.to_id})\n",
+		rt.From, graphmodel.KeyTenantID, graphmodel.KeyID, rt.To, graphmodel.KeyTenantID, graphmodel.KeyID)
+	fmt.Fprintf(&b, "WITH a, b, row\nWHERE coalesce(%s.%s, 0) <= row.version\n", owner, graphmodel.PropVersion)
+	fmt.Fprintf(&b, "MERGE (a)-[r:%s {%s}]->(b)\n", rt.Type, strings.Join(keys, ", "))
+	if len(rt.Properties) > 0 {
+		var sets []string
+		for _, p := range rt.Properties {
+			sets = append(sets, fmt.Sprintf("r.%s = row.props.%s", p.Key, p.Key))
+		}
+		fmt.Fprintf(&b, "SET %s\n", strings.Join(sets, ", "))
+	}
+	b.WriteString("RETURN count(r) AS applied")
+	return b.String(), nil
+}
+
+// DeleteNodesText deletes nodes of label given as rows {tenant_id, id}, with
+// their relationships.
+func DeleteNodesText(label string) string {
+	return fmt.Sprintf("UNWIND $rows AS row\nMATCH (n:%s {%s: row.tenant_id, %s: row.id})\nDETACH DELETE n\nRETURN count(*) AS applied",
+		label, graphmodel.KeyTenantID, graphmodel.KeyID)
+}
+
+// RemovePropertyText removes one property from nodes of label given as rows
+// {tenant_id, id, key}: the key is a parameter, never text.
+func RemovePropertyText(label string) string {
+	return fmt.Sprintf("UNWIND $rows AS row\nMATCH (n:%s {%s: row.tenant_id, %s: row.id})\nSET n[row.key] = null\nRETURN count(*) AS applied",
+		label, graphmodel.KeyTenantID, graphmodel.KeyID)
+}
+
+// DeleteRelationshipsText deletes relationships by element id ($ids).
+const DeleteRelationshipsText = "UNWIND $ids AS eid\nMATCH ()-[r]->()\nWHERE elementId(r) = eid\nDELETE r\nRETURN count(*) AS applied"

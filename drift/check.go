@@ -1,0 +1,382 @@
+package drift
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+	"go.uber.org/zap"
+
+	"graphsync/graphmodel"
+	gsql "graphsync/sql"
+)
+
+// ErrUnknownTenant is returned for a --tenant PostgreSQL does not have.
+var ErrUnknownTenant = errors.New("no such tenant in PostgreSQL")
+
+// Checker compares PostgreSQL with the graph.
+type Checker struct {
+	pool   *pgxpool.Pool
+	driver neo4j.DriverWithContext
+	cfg    Config
+	log    *zap.Logger
+}
+
+// New returns a Checker, or an error naming the setting that is wrong.
+func New(pool *pgxpool.Pool, driver neo4j.DriverWithContext, cfg Config, log *zap.Logger) (*Checker, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("drift config: %w", err)
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Checker{pool: pool, driver: driver, cfg: cfg, log: log}, nil
+}
+
+// suspect is a key that differed in the first pass.
+type suspect struct {
+	tenant int64
+	label  string
+	id     int64
+}
+
+// run is the state of one Run.
+type run struct {
+	c        *Checker
+	model    graphmodel.Model
+	sample   sample
+	report   *Report
+	suspects []suspect
+	capped   int
+	// final findings, after the second look.
+	findings []Finding
+}
+
+// Run checks once. With repair, it then fixes what it found and can fix.
+func (c *Checker) Run(ctx context.Context, repair bool) (*Report, error) {
+	start := time.Now()
+	r := &run{c: c, model: *c.cfg.Model, report: newReport(c.cfg)}
+	share := int64(math.Round(c.cfg.Sample * 1000))
+	r.sample = sample{offset: rand.Int64N(1000), share: max(1, share)}
+	if c.cfg.Sample >= 1 {
+		r.sample = sample{offset: 0, share: 1000}
+	}
+	tenants, err := c.tenants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// One consistent snapshot of the business tables, as the relay role
+	// reads them.
+	tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("open a snapshot of PostgreSQL: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
+	for _, tenant := range tenants {
+		if err := r.firstPass(ctx, tx, tenant); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		return nil, fmt.Errorf("close the snapshot: %w", err)
+	}
+	if err := r.scanForeign(ctx, tenants); err != nil {
+		return nil, err
+	}
+	if len(r.suspects) > 0 && c.cfg.RecheckAfter > 0 {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(c.cfg.RecheckAfter):
+		}
+	}
+	if err := r.secondLook(ctx); err != nil {
+		return nil, err
+	}
+	r.report.SuspectsCapped = r.capped
+	r.report.finish(r.findings, time.Since(start))
+	if repair {
+		changes, err := r.repair(ctx)
+		r.report.Repaired = changes
+		if err != nil {
+			return r.report, err
+		}
+	}
+	return r.report, nil
+}
+
+func (c *Checker) tenants(ctx context.Context) ([]int64, error) {
+	var filter *int64
+	if c.cfg.TenantID != 0 {
+		filter = &c.cfg.TenantID
+	}
+	rows, err := c.pool.Query(ctx, gsql.Query("DriftTenants"), filter)
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	tenants, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	if c.cfg.TenantID != 0 && len(tenants) == 0 {
+		return nil, fmt.Errorf("tenant %d: %w", c.cfg.TenantID, ErrUnknownTenant)
+	}
+	return tenants, nil
+}
+
+// comparedLabels are the labels whose nodes the rows imply, in model order.
+func (r *run) comparedLabels() []graphmodel.Label {
+	var labels []graphmodel.Label
+	for _, l := range r.model.Labels {
+		if _, ok := chunkQuery[l.Name]; ok {
+			labels = append(labels, l)
+		}
+	}
+	return labels
+}
+
+// firstPass merges both sides of every label of one tenant, in key order.
+func (r *run) firstPass(ctx context.Context, tx pgx.Tx, tenant int64) error {
+	summary := r.report.tenant(tenant)
+	if err := r.c.pool.QueryRow(ctx, gsql.Query("DriftLag"), tenant).Scan(&summary.Pending, &summary.OldestPendingSeconds, &summary.DLQ); err != nil {
+		return fmt.Errorf("read projection lag of tenant %d: %w", tenant, err)
+	}
+	pending, err := loadPending(ctx, r.c.pool, tenant)
+	if err != nil {
+		return err
+	}
+	cfg := r.c.cfg
+	anyRows := false
+	for _, label := range r.comparedLabels() {
+		counts := summary.label(label.Name)
+		rowsIt := &iter{next: func(after int64) ([]node, error) {
+			return rowsChunk(ctx, tx, r.model, label.Name, tenant, after, cfg.ChunkSize, r.sample)
+		}}
+		graphIt := &iter{next: func(after int64) ([]node, error) {
+			return graphChunk(ctx, r.c.driver, cfg.Database, r.model, label.Name, tenant, after, cfg.ChunkSize, r.sample)
+		}}
+		for {
+			exp, err := rowsIt.peek()
+			if err != nil {
+				return err
+			}
+			got, err := graphIt.peek()
+			if err != nil {
+				return err
+			}
+			if exp == nil && got == nil {
+				break
+			}
+			switch {
+			case got == nil || (exp != nil && exp.id < got.id):
+				rowsIt.take()
+				got = nil
+			case exp == nil || got.id < exp.id:
+				graphIt.take()
+				exp = nil
+			default:
+				rowsIt.take()
+				graphIt.take()
+			}
+			if exp != nil {
+				counts.Rows++
+				anyRows = anyRows || exp.required
+			}
+			if got != nil {
+				counts.Nodes++
+			}
+			id := idOf(exp, got)
+			if findings := compareNode(r.model, tenant, label, exp, got); len(findings) > 0 {
+				if p, ok := pending.explains(label.Name, id); ok {
+					r.report.explain(tenant, label.Name, id, p, findings)
+					continue
+				}
+				r.suspect(suspect{tenant, label.Name, id}, findings)
+			}
+		}
+	}
+	return r.checkTombstonesAndTenant(ctx, tx, tenant, anyRows, pending)
+}
+
+func idOf(exp, got *node) int64 {
+	if exp != nil {
+		return exp.id
+	}
+	return got.id
+}
+
+// suspect records a first-pass difference for the second look.
+func (r *run) suspect(s suspect, findings []Finding) {
+	if len(r.suspects) < r.c.cfg.MaxSuspects {
+		r.suspects = append(r.suspects, s)
+		return
+	}
+	// Past the bound: counted from the first pass, not looked at again.
+	r.capped++
+	r.findings = append(r.findings, findings...)
+}
+
+// secondLook re-reads each suspect key, graph first and then PostgreSQL
+// (whatever the graph holds was committed in PostgreSQL before), and keeps
+// the differences that remain and are not explained by outbox rows.
+func (r *run) secondLook(ctx context.Context) error {
+	pendings := map[int64]pendingIndex{}
+	all := sample{offset: 0, share: 1000}
+	for _, s := range r.suspects {
+		label, _ := r.model.Label(s.label)
+		var exp, got *node
+		var findings []Finding
+		if s.label == tombstoneLabel(r.model) || s.label == tenantLabel(r.model) {
+			var err error
+			if findings, err = r.recheckSpecial(ctx, s); err != nil {
+				return err
+			}
+		} else {
+			nodes, err := graphChunk(ctx, r.c.driver, r.c.cfg.Database, r.model, s.label, s.tenant, s.id-1, 1, all)
+			if err != nil {
+				return err
+			}
+			if len(nodes) == 1 && nodes[0].id == s.id {
+				got = &nodes[0]
+			}
+			rows, err := rowsChunk(ctx, r.c.pool, r.model, s.label, s.tenant, s.id-1, 1, all)
+			if err != nil {
+				return err
+			}
+			if len(rows) == 1 && rows[0].id == s.id {
+				exp = &rows[0]
+			}
+			findings = compareNode(r.model, s.tenant, label, exp, got)
+		}
+		if len(findings) == 0 {
+			continue
+		}
+		var err error
+		pending, ok := pendings[s.tenant]
+		if !ok {
+			if pending, err = loadPending(ctx, r.c.pool, s.tenant); err != nil {
+				return err
+			}
+			pendings[s.tenant] = pending
+		}
+		if p, ok := pending.explains(s.label, s.id); ok {
+			r.report.explain(s.tenant, s.label, s.id, p, findings)
+			continue
+		}
+		r.findings = append(r.findings, findings...)
+	}
+	return nil
+}
+
+// iter walks one side of a label in key order, a chunk at a time.
+type iter struct {
+	next  func(after int64) ([]node, error)
+	buf   []node
+	pos   int
+	after int64
+	done  bool
+}
+
+func (it *iter) peek() (*node, error) {
+	if it.pos < len(it.buf) {
+		return &it.buf[it.pos], nil
+	}
+	if it.done {
+		return nil, nil
+	}
+	chunk, err := it.next(it.after)
+	if err != nil {
+		return nil, err
+	}
+	it.buf, it.pos = chunk, 0
+	if len(chunk) == 0 {
+		it.done = true
+		return nil, nil
+	}
+	it.after = chunk[len(chunk)-1].id
+	return &it.buf[0], nil
+}
+
+func (it *iter) take() { it.pos++ }
+
+// pendingIndex is a tenant's aggregates with outbox rows not applied yet.
+type pendingIndex struct {
+	byAggregate map[string]map[int64]pendingCount
+	byType      map[string]pendingCount
+}
+
+type pendingCount struct{ pending, dlq int64 }
+
+func loadPending(ctx context.Context, pool *pgxpool.Pool, tenant int64) (pendingIndex, error) {
+	idx := pendingIndex{byAggregate: map[string]map[int64]pendingCount{}, byType: map[string]pendingCount{}}
+	rows, err := pool.Query(ctx, gsql.Query("DriftOutboxPending"), tenant)
+	if err != nil {
+		return idx, fmt.Errorf("read pending outbox rows of tenant %d: %w", tenant, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var typ string
+		var id, pending, dead int64
+		if err := rows.Scan(&typ, &id, &pending, &dead); err != nil {
+			return idx, fmt.Errorf("read pending outbox rows of tenant %d: %w", tenant, err)
+		}
+		if idx.byAggregate[typ] == nil {
+			idx.byAggregate[typ] = map[int64]pendingCount{}
+		}
+		c := idx.byAggregate[typ][id]
+		c.pending, c.dlq = c.pending+pending, c.dlq+dead
+		idx.byAggregate[typ][id] = c
+		t := idx.byType[typ]
+		t.pending, t.dlq = t.pending+pending, t.dlq+dead
+		idx.byType[typ] = t
+	}
+	return idx, rows.Err()
+}
+
+// explains tells whether outbox rows not applied yet explain a difference
+// on a node: its own aggregate's rows, or, for a reference node (whose
+// properties ride on other aggregates' events), any pending row of the
+// aggregate type that writes it.
+func (p pendingIndex) explains(label string, id int64) (pendingCount, bool) {
+	var c pendingCount
+	switch label {
+	case graphmodel.LabelProduct, graphmodel.LabelDeletedProduct:
+		c = p.byAggregate["Product"][id]
+	case graphmodel.LabelOrder:
+		c = p.byAggregate["Order"][id]
+	case graphmodel.LabelCategory:
+		c = p.byType["Product"]
+	case graphmodel.LabelCustomer:
+		c = p.byType["Order"]
+	default:
+		for _, t := range p.byType {
+			c.pending, c.dlq = c.pending+t.pending, c.dlq+t.dlq
+		}
+	}
+	return c, c.pending+c.dlq > 0
+}
+
+func tombstoneLabel(m graphmodel.Model) string {
+	for _, l := range m.Labels {
+		if l.Tombstone != "" {
+			return l.Tombstone
+		}
+	}
+	return ""
+}
+
+func tenantLabel(m graphmodel.Model) string {
+	for _, l := range m.Labels {
+		if l.Role == graphmodel.RoleTenant {
+			return l.Name
+		}
+	}
+	return ""
+}

@@ -1,0 +1,154 @@
+package drift
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"graphsync/graphmodel"
+)
+
+// reservedKeys are the properties graphsync sets itself on every node.
+var reservedKeys = []string{graphmodel.KeyTenantID, graphmodel.KeyID, graphmodel.PropVersion, graphmodel.PropOutboxID}
+
+// compareNode compares what the rows imply for one key (exp, nil when no row
+// backs it) with what the graph holds (got, nil when absent).
+func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, exp, got *node) []Finding {
+	switch {
+	case exp == nil && got == nil:
+		return nil
+	case got == nil:
+		if !exp.required {
+			return nil
+		}
+		return []Finding{{Kind: MissingNode, TenantID: tenant, Label: label.Name, ID: exp.id, Count: 1,
+			Detail: "no node; the rows imply one", repair: &repairAction{upsert: exp}}}
+	case exp == nil:
+		return []Finding{{Kind: OrphanNode, TenantID: tenant, Label: label.Name, ID: got.id, Count: 1,
+			Detail: "no row backs this node", repair: &repairAction{deleteNode: true}}}
+	}
+	var findings []Finding
+	add := func(kind Kind, detail string, repair *repairAction) {
+		findings = append(findings, Finding{Kind: kind, TenantID: tenant, Label: label.Name, ID: got.id, Count: 1, Detail: detail, repair: repair})
+	}
+	var stale []string
+	if label.Role == graphmodel.RoleAggregate && got.version != exp.version {
+		stale = append(stale, fmt.Sprintf("version: graph %d, rows %d", got.version, exp.version))
+	}
+	for _, p := range label.Properties {
+		want, have := exp.props[p.Key], canonicalValue(got.props[p.Key])
+		if !equalValues(want, have) {
+			stale = append(stale, fmt.Sprintf("%s: graph %s, rows %s", p.Key, show(have), show(want)))
+		}
+	}
+	if len(stale) > 0 {
+		add(StaleNode, strings.Join(stale, "; "), &repairAction{upsert: exp})
+	}
+	keys := make([]string, 0, len(got.props))
+	for k := range got.props {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		_, allowed := label.Property(k)
+		allowed = allowed || slices.Contains(reservedKeys, k)
+		if what := personalData(got.props[k]); what != "" {
+			var repair *repairAction
+			if !allowed {
+				repair = &repairAction{removeProp: k}
+			}
+			add(PersonalData, fmt.Sprintf("property %s holds %s", k, what), repair)
+			if !allowed {
+				continue // one finding per property is enough
+			}
+		}
+		if !allowed {
+			add(PropertyNotAllowed, fmt.Sprintf("property %s = %s is outside the allowlist", k, show(got.props[k])), &repairAction{removeProp: k})
+		}
+	}
+	findings = append(findings, compareRels(model, tenant, label, exp, got)...)
+	return findings
+}
+
+// compareRels compares the relationships a node owns.
+func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, exp, got *node) []Finding {
+	var findings []Finding
+	add := func(kind Kind, detail string, repair *repairAction) {
+		findings = append(findings, Finding{Kind: kind, TenantID: tenant, Label: label.Name, ID: got.id, Count: 1, Detail: detail, repair: repair})
+	}
+	want := map[string]relation{}
+	for _, r := range exp.rels {
+		want[r.key(model)] = r
+	}
+	seen := map[string]bool{}
+	for _, r := range got.rels {
+		if r.tenant != tenant || r.otherTenant != tenant {
+			add(CrossTenant, fmt.Sprintf("%s links tenant %d to tenant %d (relationship tenant_id %d)", relText(r, got.id), tenant, r.otherTenant, r.tenant),
+				&repairAction{deleteRel: r.elementID})
+			continue
+		}
+		k := r.key(model)
+		w, ok := want[k]
+		if !ok || seen[k] {
+			add(ExtraRelationship, relText(r, got.id)+" is not implied by the rows", &repairAction{deleteRel: r.elementID})
+			continue
+		}
+		seen[k] = true
+		var diffs []string
+		names := make([]string, 0, len(w.props))
+		for name := range w.props {
+			names = append(names, name)
+		}
+		for name := range r.props {
+			if _, ok := w.props[name]; !ok {
+				names = append(names, name)
+			}
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			if !equalValues(w.props[name], canonicalValue(r.props[name])) {
+				diffs = append(diffs, fmt.Sprintf("%s: graph %s, rows %s", name, show(r.props[name]), show(w.props[name])))
+			}
+		}
+		if len(diffs) > 0 {
+			add(ChangedRelationship, relText(r, got.id)+": "+strings.Join(diffs, "; "), &repairAction{upsert: exp})
+		}
+	}
+	for _, r := range exp.rels {
+		if !seen[r.key(model)] {
+			add(MissingRelationship, relText(r, exp.id)+" is missing", &repairAction{upsert: exp})
+		}
+	}
+	return findings
+}
+
+func relText(r relation, owner int64) string {
+	line := ""
+	if n, ok := r.props["line_no"]; ok {
+		line = fmt.Sprintf(" line %v", n)
+	}
+	if r.out {
+		return fmt.Sprintf("(%d)-[:%s%s]->(%d)", owner, r.typ, line, r.other)
+	}
+	return fmt.Sprintf("(%d)-[:%s%s]->(%d)", r.other, r.typ, line, owner)
+}
+
+func canonicalValue(v any) any {
+	switch x := v.(type) {
+	case time.Time:
+		return x.UTC()
+	case int:
+		return int64(x)
+	}
+	return v
+}
+
+func equalValues(a, b any) bool {
+	if ta, ok := a.(time.Time); ok {
+		tb, ok := b.(time.Time)
+		return ok && ta.Equal(tb)
+	}
+	return a == b
+}

@@ -1,0 +1,97 @@
+package drift
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Kind is a kind of drift.
+type Kind string
+
+// Kinds of drift. Foreign labels and types are reported, not counted as
+// drift (other data may share the database), and never repaired.
+const (
+	MissingNode         Kind = "missing_node"
+	OrphanNode          Kind = "orphan_node"
+	StaleNode           Kind = "stale_node"
+	MissingRelationship Kind = "missing_relationship"
+	ExtraRelationship   Kind = "extra_relationship"
+	ChangedRelationship Kind = "changed_relationship"
+	CrossTenant         Kind = "cross_tenant_relationship"
+	NodeWithoutTenant   Kind = "node_without_tenant"
+	PropertyNotAllowed  Kind = "property_not_allowed"
+	PersonalData        Kind = "personal_data"
+	ForeignLabel        Kind = "foreign_label"
+	ForeignRelType      Kind = "foreign_relationship_type"
+)
+
+// Kinds lists the drift kinds in report order.
+var Kinds = []Kind{MissingNode, OrphanNode, StaleNode, MissingRelationship, ExtraRelationship, ChangedRelationship,
+	CrossTenant, NodeWithoutTenant, PropertyNotAllowed, PersonalData}
+
+// Finding is one difference.
+type Finding struct {
+	Kind     Kind   `json:"kind"`
+	TenantID int64  `json:"tenant_id"`
+	Label    string `json:"label"`
+	ID       int64  `json:"id"`
+	// Detail says what differs: keys and values, personal data masked.
+	Detail string `json:"detail"`
+	// Count is how many this finding stands for (1, or more for a summary
+	// such as the nodes of a tenant PostgreSQL does not have).
+	Count int `json:"count"`
+	// repair is what fixes it; nil when it is not repairable.
+	repair *repairAction
+}
+
+// Explained is an aggregate whose difference is explained by outbox rows
+// not applied yet.
+type Explained struct {
+	TenantID int64  `json:"tenant_id"`
+	Label    string `json:"label"`
+	ID       int64  `json:"id"`
+	Pending  int64  `json:"pending"`
+	DLQ      int64  `json:"dlq"`
+	Detail   string `json:"detail"`
+}
+
+var (
+	emailLike = regexp.MustCompile(`[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}`)
+	phoneLike = regexp.MustCompile(`\+\d{1,3}[\s.\-]?\(?\d{1,4}\)?([\s.\-]?\d{2,4}){2,4}|\b\d{3}[\s.\-]\d{3,4}[\s.\-]\d{4}\b`)
+)
+
+// personalData names what a value looks like ("an e-mail address", "a phone
+// number"), or "".
+func personalData(v any) string {
+	s, ok := v.(string)
+	if !ok {
+		return ""
+	}
+	switch {
+	case emailLike.MatchString(s):
+		return "an e-mail address"
+	case phoneLike.MatchString(s):
+		return "a phone number"
+	}
+	return ""
+}
+
+// show renders a value for a report: personal data masked, long text cut.
+func show(v any) string {
+	if v == nil {
+		return "null"
+	}
+	if what := personalData(v); what != "" {
+		return fmt.Sprintf("<masked: %s>", what)
+	}
+	s := fmt.Sprint(v)
+	if str, ok := v.(string); ok {
+		s = fmt.Sprintf("%q", str)
+	}
+	s = strings.ReplaceAll(s, "\n", " ")
+	if r := []rune(s); len(r) > 80 {
+		s = string(r[:79]) + "…"
+	}
+	return s
+}

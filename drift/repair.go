@@ -1,0 +1,232 @@
+package drift
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+
+	"graphsync/cypher"
+)
+
+// repairAction is what fixes one finding.
+type repairAction struct {
+	// upsert re-projects the node (and, for an aggregate, what it owns)
+	// from its rows.
+	upsert *node
+	// deleteNode removes the node: no row backs it.
+	deleteNode bool
+	// deleteRel removes one relationship, by element id.
+	deleteRel string
+	// removeProp removes a property outside the allowlist.
+	removeProp string
+	// upsertTenant creates the tenant node.
+	upsertTenant bool
+	// deleteTenant removes every node of a tenant PostgreSQL does not have.
+	deleteTenant bool
+	// deleteUntenanted removes the label's nodes that have no tenant_id.
+	deleteUntenanted string
+}
+
+// repair applies the repair of every final finding: removals first, then
+// re-projections, each kind in one statement per label or type. It writes
+// only to Neo4j, and only the model's labels and types.
+func (r *run) repair(ctx context.Context) ([]string, error) {
+	var relIDs []string
+	removeProps := map[string][]map[string]any{}
+	deletes := map[string][]map[string]any{}
+	upserts := map[nodeKey]*node{}
+	var tenants []int64
+	var untenanted []string
+	var deleteTenants []int64
+	for _, f := range r.findings {
+		a := f.repair
+		switch {
+		case a == nil:
+		case a.deleteRel != "":
+			relIDs = append(relIDs, a.deleteRel)
+		case a.removeProp != "":
+			removeProps[f.Label] = append(removeProps[f.Label], map[string]any{"tenant_id": f.TenantID, "id": f.ID, "key": a.removeProp})
+		case a.deleteNode:
+			deletes[f.Label] = append(deletes[f.Label], map[string]any{"tenant_id": f.TenantID, "id": f.ID})
+		case a.upsert != nil:
+			upserts[nodeKey{f.TenantID, f.Label, f.ID}] = a.upsert
+		case a.upsertTenant:
+			tenants = append(tenants, f.TenantID)
+		case a.deleteTenant:
+			deleteTenants = append(deleteTenants, f.TenantID)
+		case a.deleteUntenanted != "":
+			untenanted = append(untenanted, a.deleteUntenanted)
+		}
+	}
+	var changes []string
+	write := func(what, text string, params map[string]any) error {
+		res, err := neo4j.ExecuteQuery(ctx, r.c.driver, text, params, neo4j.EagerResultTransformer,
+			neo4j.ExecuteQueryWithDatabase(r.c.cfg.Database))
+		if err != nil {
+			return fmt.Errorf("repair: %s: %w", what, err)
+		}
+		n := int64(0)
+		if len(res.Records) > 0 {
+			n, _, _ = neo4j.GetRecordValue[int64](res.Records[0], "applied")
+		}
+		changes = append(changes, fmt.Sprintf("%s: %d", what, n))
+		return nil
+	}
+	if len(relIDs) > 0 {
+		if err := write("removed extra and cross-tenant relationships", cypher.DeleteRelationshipsText, map[string]any{"ids": relIDs}); err != nil {
+			return changes, err
+		}
+	}
+	for _, label := range sortedKeys(removeProps) {
+		if err := write("removed properties outside the allowlist from "+label+" nodes", cypher.RemovePropertyText(label),
+			map[string]any{"rows": removeProps[label]}); err != nil {
+			return changes, err
+		}
+	}
+	for _, label := range sortedKeys(deletes) {
+		if err := write("deleted orphan "+label+" nodes", cypher.DeleteNodesText(label), map[string]any{"rows": deletes[label]}); err != nil {
+			return changes, err
+		}
+	}
+	for _, tenant := range deleteTenants {
+		if err := r.deleteInBatches(ctx, fmt.Sprintf("deleted nodes of tenant %d, which PostgreSQL does not have", tenant),
+			"MATCH (n) WHERE n.tenant_id = $tenant WITH n LIMIT 10000 DETACH DELETE n RETURN count(*) AS applied",
+			map[string]any{"tenant": tenant}, &changes); err != nil {
+			return changes, err
+		}
+	}
+	for _, label := range untenanted {
+		if err := r.deleteInBatches(ctx, "deleted "+label+" nodes without a tenant_id",
+			"MATCH (n:"+label+") WHERE n.tenant_id IS NULL WITH n LIMIT 10000 DETACH DELETE n RETURN count(*) AS applied",
+			nil, &changes); err != nil {
+			return changes, err
+		}
+	}
+	if len(tenants) > 0 {
+		rows := make([]map[string]any, len(tenants))
+		for i, t := range tenants {
+			rows[i] = map[string]any{"tenant_id": t}
+		}
+		if err := write("created tenant nodes", "UNWIND $rows AS row\nMERGE (t:"+tenantLabel(r.model)+
+			" {tenant_id: row.tenant_id, id: row.tenant_id})\nRETURN count(t) AS applied", map[string]any{"rows": rows}); err != nil {
+			return changes, err
+		}
+	}
+	if len(upserts) > 0 {
+		if err := r.reproject(upserts, write); err != nil {
+			return changes, err
+		}
+	}
+	return changes, nil
+}
+
+type nodeKey struct {
+	tenant int64
+	label  string
+	id     int64
+}
+
+// reproject writes the row projection of the given nodes: the nodes their
+// mutations name (an aggregate and its reference nodes), then the
+// relationships they own, all under the repair guard.
+func (r *run) reproject(upserts map[nodeKey]*node, write func(what, text string, params map[string]any) error) error {
+	nodeRows := map[string][]map[string]any{}
+	relRows := map[string][]map[string]any{}
+	tenants := map[int64]bool{}
+	seen := map[nodeKey]bool{}
+	keys := make([]nodeKey, 0, len(upserts))
+	for k := range upserts {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].id < keys[j].id })
+	for _, k := range keys {
+		n := upserts[k]
+		for _, up := range n.mut.Nodes {
+			if up.Label == tenantLabel(r.model) {
+				tenants[up.TenantID] = true
+				continue
+			}
+			nk := nodeKey{up.TenantID, up.Label, up.ID}
+			if seen[nk] {
+				continue
+			}
+			seen[nk] = true
+			nodeRows[up.Label] = append(nodeRows[up.Label], map[string]any{"tenant_id": up.TenantID, "id": up.ID,
+				"version": up.Guard.Version, "props": up.Props})
+		}
+		for _, rel := range n.mut.Rels {
+			if rel.ToID == 0 {
+				continue
+			}
+			relRows[rel.Type] = append(relRows[rel.Type], map[string]any{"tenant_id": rel.TenantID, "from_id": rel.FromID,
+				"to_id": rel.ToID, "version": n.version, "props": rel.Props})
+		}
+	}
+	if len(tenants) > 0 {
+		var rows []map[string]any
+		for t := range tenants {
+			rows = append(rows, map[string]any{"tenant_id": t})
+		}
+		if err := write("ensured tenant nodes", "UNWIND $rows AS row\nMERGE (t:"+tenantLabel(r.model)+
+			" {tenant_id: row.tenant_id, id: row.tenant_id})\nRETURN count(t) AS applied", map[string]any{"rows": rows}); err != nil {
+			return err
+		}
+	}
+	// Labels in model order: reference nodes before the aggregates that
+	// point at them, all nodes before any relationship.
+	for _, l := range r.model.Labels {
+		rows := nodeRows[l.Name]
+		if len(rows) == 0 {
+			continue
+		}
+		text, err := cypher.RepairNodeText(r.model, l.Name)
+		if err != nil {
+			return err
+		}
+		if err := write("re-projected "+l.Name+" nodes from their rows", text, map[string]any{"rows": rows}); err != nil {
+			return err
+		}
+	}
+	for _, rt := range r.model.Relationships {
+		rows := relRows[rt.Type]
+		if len(rows) == 0 {
+			continue
+		}
+		text, err := cypher.RepairRelText(r.model, rt.Type)
+		if err != nil {
+			return err
+		}
+		if err := write("re-projected "+rt.Type+" relationships from their rows", text, map[string]any{"rows": rows}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func (r *run) deleteInBatches(ctx context.Context, what, text string, params map[string]any, changes *[]string) error {
+	total := int64(0)
+	for {
+		res, err := neo4j.ExecuteQuery(ctx, r.c.driver, text, params, neo4j.EagerResultTransformer,
+			neo4j.ExecuteQueryWithDatabase(r.c.cfg.Database))
+		if err != nil {
+			return fmt.Errorf("repair: %s: %w", what, err)
+		}
+		n, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "applied")
+		total += n
+		if n < 10000 {
+			*changes = append(*changes, fmt.Sprintf("%s: %d", what, total))
+			return nil
+		}
+	}
+}

@@ -1,0 +1,299 @@
+package drift
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+
+	"graphsync/events"
+	"graphsync/graphmodel"
+	"graphsync/projector"
+	gsql "graphsync/sql"
+)
+
+// node is one node as one side says it should be (expected) or is (graph).
+type node struct {
+	label   string
+	id      int64
+	version int64
+	props   map[string]any
+	// rels are the relationships this node owns: for an aggregate, those
+	// its events write (IN_CATEGORY of a product; PLACED into and CONTAINS
+	// out of an order).
+	rels []relation
+	// required: the graph must hold it (an aggregate row, or a reference
+	// row something refers to). A reference row nothing refers to may be in
+	// the graph or not.
+	required bool
+	// mut is the row projection's mutations, for repair (expected side).
+	mut graphmodel.Mutations
+}
+
+// relation is one relationship seen from its owner node.
+type relation struct {
+	typ string
+	// other is the other end's id; out is true when the owner is the From end.
+	other int64
+	out   bool
+	props map[string]any
+	// Graph side only: the relationship's and the other end's tenants, and
+	// the relationship's element id, for repair.
+	tenant, otherTenant int64
+	elementID           string
+}
+
+// key tells relationships of an owner apart: type, direction, other end and
+// the relationship's key properties (an order line's line_no).
+func (r relation) key(model graphmodel.Model) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s/%v/%d", r.typ, r.out, r.other)
+	if rt, ok := model.Relationship(r.typ); ok {
+		for _, p := range rt.Key {
+			fmt.Fprintf(&b, "/%s=%v", p.Key, r.props[p.Key])
+		}
+	}
+	return b.String()
+}
+
+// ownedBy says which end of a relationship type owns it: the From end when
+// it is an aggregate, else the To end.
+func ownedBy(model graphmodel.Model, rt graphmodel.Relationship) (label string, out bool) {
+	if from, _ := model.Label(rt.From); from.Role == graphmodel.RoleAggregate {
+		return rt.From, true
+	}
+	return rt.To, false
+}
+
+// chunkQuery reads one chunk of the rows behind a label.
+var chunkQuery = map[string]string{
+	graphmodel.LabelProduct:  "DriftProducts",
+	graphmodel.LabelOrder:    "DriftOrders",
+	graphmodel.LabelCategory: "DriftCategories",
+	graphmodel.LabelCustomer: "DriftCustomers",
+}
+
+// sample is the share of keys both sides read: (id + offset) % 1000 < share.
+type sample struct{ offset, share int64 }
+
+// rowsChunk reads up to limit rows of label after id `after`, in id order,
+// and projects them.
+func rowsChunk(ctx context.Context, q pgxQuerier, model graphmodel.Model, label string, tenant, after int64, limit int, s sample) ([]node, error) {
+	name, ok := chunkQuery[label]
+	if !ok {
+		return nil, fmt.Errorf("no row reader for label %s", label)
+	}
+	rows, err := q.Query(ctx, gsql.Query(name), tenant, after, limit, s.offset, s.share)
+	if err != nil {
+		return nil, fmt.Errorf("read %s rows of tenant %d: %w", label, tenant, err)
+	}
+	defer rows.Close()
+	var out []node
+	for rows.Next() {
+		n, err := scanRow(model, label, tenant, rows)
+		if err != nil {
+			return nil, fmt.Errorf("read %s rows of tenant %d: %w", label, tenant, err)
+		}
+		out = append(out, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read %s rows of tenant %d: %w", label, tenant, err)
+	}
+	return out, nil
+}
+
+type pgxQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func scanRow(model graphmodel.Model, label string, tenant int64, rows pgx.Rows) (node, error) {
+	switch label {
+	case graphmodel.LabelProduct:
+		var r projector.ProductRow
+		if err := rows.Scan(&r.ID, &r.Version, &r.SKU, &r.Name, &r.Description, &r.CategoryID, &r.CategoryName,
+			&r.PriceCents, &r.Currency, &r.Status); err != nil {
+			return node{}, err
+		}
+		mut, err := projector.ProjectProductRow(tenant, r)
+		if err != nil {
+			return node{}, err
+		}
+		return fromMutations(model, label, r.ID, mut), nil
+	case graphmodel.LabelOrder:
+		var r projector.OrderRow
+		var lineNos, quantities []int32
+		var productIDs, prices []int64
+		if err := rows.Scan(&r.ID, &r.Version, &r.Status, &r.Currency, &r.TotalCents, &r.PlacedAt, &r.ConfirmedAt,
+			&r.ShippedAt, &r.CancelledAt, &r.CustomerID, &r.CustomerSegment, &r.CustomerCountry,
+			&lineNos, &productIDs, &quantities, &prices); err != nil {
+			return node{}, err
+		}
+		for i := range lineNos {
+			r.Lines = append(r.Lines, events.OrderLine{LineNo: lineNos[i], ProductID: productIDs[i], Quantity: quantities[i], UnitPriceCents: prices[i]})
+		}
+		mut, err := projector.ProjectOrderRow(tenant, r)
+		if err != nil {
+			return node{}, err
+		}
+		return fromMutations(model, label, r.ID, mut), nil
+	case graphmodel.LabelCategory:
+		var id int64
+		var name string
+		var referenced bool
+		if err := rows.Scan(&id, &name, &referenced); err != nil {
+			return node{}, err
+		}
+		up := projector.ProjectCategoryRow(tenant, id, name)
+		return node{label: label, id: id, props: canonicalProps(up.Props), required: referenced,
+			mut: graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{up}}}, nil
+	case graphmodel.LabelCustomer:
+		var id int64
+		var segment, country string
+		var referenced bool
+		if err := rows.Scan(&id, &segment, &country, &referenced); err != nil {
+			return node{}, err
+		}
+		up := projector.ProjectCustomerRow(tenant, id, segment, country)
+		return node{label: label, id: id, props: canonicalProps(up.Props), required: referenced,
+			mut: graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{up}}}, nil
+	}
+	return node{}, fmt.Errorf("no row reader for label %s", label)
+}
+
+// fromMutations turns a row projection into the expected node and the
+// relationships it owns.
+func fromMutations(model graphmodel.Model, label string, id int64, mut graphmodel.Mutations) node {
+	n := node{label: label, id: id, required: true, mut: mut}
+	for _, up := range mut.Nodes {
+		if up.Label == label && up.ID == id {
+			n.version = up.Guard.Version
+			n.props = canonicalProps(up.Props)
+		}
+	}
+	for _, r := range mut.Rels {
+		rt, _ := model.Relationship(r.Type)
+		owner, out := ownedBy(model, rt)
+		if owner != label {
+			continue
+		}
+		rel := relation{typ: r.Type, out: out, props: canonicalProps(r.Props)}
+		if out {
+			if r.FromID != id || r.ToID == 0 {
+				continue // no category: no edge
+			}
+			rel.other = r.ToID
+		} else {
+			if r.ToID != id {
+				continue
+			}
+			rel.other = r.FromID
+		}
+		n.rels = append(n.rels, rel)
+	}
+	return n
+}
+
+// canonicalProps drops null values (a null property is an absent one) and
+// brings times to UTC.
+func canonicalProps(props map[string]any) map[string]any {
+	out := make(map[string]any, len(props))
+	for k, v := range props {
+		switch x := v.(type) {
+		case nil:
+			continue
+		case time.Time:
+			out[k] = x.UTC()
+		case *time.Time:
+			if x == nil {
+				continue
+			}
+			out[k] = x.UTC()
+		case int:
+			out[k] = int64(x)
+		case int32:
+			out[k] = int64(x)
+		default:
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// graphChunkQuery reads one chunk of a label's nodes of a tenant in id
+// order, with the relationships they own. Labels and types come from the
+// validated model; every value is a parameter.
+func graphChunkQuery(model graphmodel.Model, label string) string {
+	var outs, ins []string
+	for _, rt := range model.Relationships {
+		owner, out := ownedBy(model, rt)
+		if owner != label {
+			continue
+		}
+		if out {
+			outs = append(outs, rt.Type)
+		} else {
+			ins = append(ins, rt.Type)
+		}
+	}
+	relList := func(types []string, pattern string) string {
+		if len(types) == 0 {
+			return "[]"
+		}
+		return fmt.Sprintf("[%s WHERE type(r) IN [%s] | {type: type(r), other: m.id, other_tenant: m.tenant_id, "+
+			"props: properties(r), eid: elementId(r)}]", pattern, quoteList(types))
+	}
+	return fmt.Sprintf(`MATCH (n:%s)
+WHERE n.tenant_id = $tenant AND n.id > $after AND (n.id + $offset) %% 1000 < $share
+WITH n ORDER BY n.id LIMIT $limit
+RETURN n.id AS id, properties(n) AS props, %s AS outs, %s AS ins`,
+		label, relList(outs, "(n)-[r]->(m)"), relList(ins, "(m)-[r]->(n)"))
+}
+
+func quoteList(names []string) string {
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = "'" + n + "'" // model identifiers: [A-Za-z0-9_] only
+	}
+	return strings.Join(quoted, ", ")
+}
+
+// graphChunk reads one chunk of a label's nodes.
+func graphChunk(ctx context.Context, driver neo4j.DriverWithContext, database string, model graphmodel.Model, label string,
+	tenant, after int64, limit int, s sample) ([]node, error) {
+	res, err := neo4j.ExecuteQuery(ctx, driver, graphChunkQuery(model, label), map[string]any{
+		"tenant": tenant, "after": after, "limit": int64(limit), "offset": s.offset, "share": s.share},
+		neo4j.EagerResultTransformer, neo4j.ExecuteQueryWithDatabase(database), neo4j.ExecuteQueryWithReadersRouting())
+	if err != nil {
+		return nil, fmt.Errorf("read %s nodes of tenant %d: %w", label, tenant, err)
+	}
+	out := make([]node, 0, len(res.Records))
+	for _, rec := range res.Records {
+		id, _, _ := neo4j.GetRecordValue[int64](rec, "id")
+		props, _, _ := neo4j.GetRecordValue[map[string]any](rec, "props")
+		n := node{label: label, id: id, props: props}
+		n.version, _ = props[graphmodel.PropVersion].(int64)
+		for _, dir := range []string{"outs", "ins"} {
+			list, _, _ := neo4j.GetRecordValue[[]any](rec, dir)
+			for _, v := range list {
+				m, _ := v.(map[string]any)
+				r := relation{out: dir == "outs"}
+				r.typ, _ = m["type"].(string)
+				r.other, _ = m["other"].(int64)
+				r.otherTenant, _ = m["other_tenant"].(int64)
+				r.elementID, _ = m["eid"].(string)
+				r.props, _ = m["props"].(map[string]any)
+				r.tenant, _ = r.props[graphmodel.KeyTenantID].(int64)
+				r.props = canonicalProps(r.props)
+				delete(r.props, graphmodel.KeyTenantID)
+				n.rels = append(n.rels, r)
+			}
+		}
+		sort.Slice(n.rels, func(i, j int) bool { return n.rels[i].key(model) < n.rels[j].key(model) })
+		out = append(out, n)
+	}
+	return out, nil
+}

@@ -1,0 +1,188 @@
+package drift
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+
+	"graphsync/cypher"
+)
+
+func (r *run) query(ctx context.Context, text string, params map[string]any) ([]*neo4j.Record, error) {
+	res, err := neo4j.ExecuteQuery(ctx, r.c.driver, text, params, neo4j.EagerResultTransformer,
+		neo4j.ExecuteQueryWithDatabase(r.c.cfg.Database), neo4j.ExecuteQueryWithReadersRouting())
+	if err != nil {
+		return nil, err
+	}
+	return res.Records, nil
+}
+
+// checkTombstonesAndTenant checks a tenant's Tenant node and its tombstones:
+// a tombstone must have no product row of its id.
+func (r *run) checkTombstonesAndTenant(ctx context.Context, tx pgx.Tx, tenant int64, anyRows bool, pending pendingIndex) error {
+	tenantNode, err := r.tenantNodeExists(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if anyRows && !tenantNode {
+		r.suspects = append(r.suspects, suspect{tenant, tenantLabel(r.model), tenant})
+	}
+	tomb := tombstoneLabel(r.model)
+	if tomb == "" {
+		return nil
+	}
+	summary := r.report.tenant(tenant)
+	counts := summary.label(tomb)
+	after := int64(0)
+	for {
+		recs, err := r.query(ctx, "MATCH (n:"+tomb+") WHERE n.tenant_id = $tenant AND n.id > $after "+
+			"AND (n.id + $offset) % 1000 < $share WITH n ORDER BY n.id LIMIT $limit RETURN n.id AS id",
+			map[string]any{"tenant": tenant, "after": after, "limit": int64(r.c.cfg.ChunkSize), "offset": r.sample.offset, "share": r.sample.share})
+		if err != nil {
+			return fmt.Errorf("read tombstones of tenant %d: %w", tenant, err)
+		}
+		if len(recs) == 0 {
+			return nil
+		}
+		ids := make([]int64, len(recs))
+		for i, rec := range recs {
+			ids[i], _, _ = neo4j.GetRecordValue[int64](rec, "id")
+		}
+		counts.Nodes += len(ids)
+		after = ids[len(ids)-1]
+		rows, err := tx.Query(ctx, "SELECT id FROM products WHERE tenant_id = $1 AND id = ANY($2)", tenant, ids)
+		if err != nil {
+			return fmt.Errorf("check tombstones of tenant %d: %w", tenant, err)
+		}
+		alive, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return fmt.Errorf("check tombstones of tenant %d: %w", tenant, err)
+		}
+		for _, id := range alive {
+			if p, ok := pending.explains(tomb, id); ok {
+				r.report.explain(tenant, tomb, id, p, nil)
+				continue
+			}
+			r.suspects = append(r.suspects, suspect{tenant, tomb, id})
+		}
+	}
+}
+
+func (r *run) tenantNodeExists(ctx context.Context, tenant int64) (bool, error) {
+	recs, err := r.query(ctx, "MATCH (t:"+tenantLabel(r.model)+" {tenant_id: $tenant, id: $tenant}) RETURN count(t) AS n",
+		map[string]any{"tenant": tenant})
+	if err != nil {
+		return false, fmt.Errorf("read the tenant node of tenant %d: %w", tenant, err)
+	}
+	n, _, _ := neo4j.GetRecordValue[int64](recs[0], "n")
+	return n > 0, nil
+}
+
+// recheckSpecial is the second look at a Tenant node or a tombstone.
+func (r *run) recheckSpecial(ctx context.Context, s suspect) ([]Finding, error) {
+	if s.label == tenantLabel(r.model) {
+		exists, err := r.tenantNodeExists(ctx, s.tenant)
+		if err != nil || exists {
+			return nil, err
+		}
+		return []Finding{{Kind: MissingNode, TenantID: s.tenant, Label: s.label, ID: s.tenant, Count: 1,
+			Detail: "the tenant has rows but no tenant node", repair: &repairAction{upsertTenant: true}}}, nil
+	}
+	recs, err := r.query(ctx, "MATCH (n:"+s.label+" {tenant_id: $tenant, id: $id}) RETURN count(n) AS n",
+		map[string]any{"tenant": s.tenant, "id": s.id})
+	if err != nil {
+		return nil, fmt.Errorf("re-read tombstone %d: %w", s.id, err)
+	}
+	if n, _, _ := neo4j.GetRecordValue[int64](recs[0], "n"); n == 0 {
+		return nil, nil
+	}
+	var alive bool
+	if err := r.c.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM products WHERE tenant_id = $1 AND id = $2)", s.tenant, s.id).Scan(&alive); err != nil {
+		return nil, fmt.Errorf("re-read product %d: %w", s.id, err)
+	}
+	if !alive {
+		return nil, nil
+	}
+	return []Finding{{Kind: OrphanNode, TenantID: s.tenant, Label: s.label, ID: s.id, Count: 1,
+		Detail: "a tombstone, but the product row exists", repair: &repairAction{deleteNode: true}}}, nil
+}
+
+// scanForeign reads the whole graph once for what no per-tenant merge sees:
+// labels and relationship types no projection owns (reported, never
+// repaired), nodes of the model's labels without a tenant_id, and nodes of
+// tenants PostgreSQL does not have.
+func (r *run) scanForeign(ctx context.Context, tenants []int64) error {
+	owned := cypher.Labels(r.model)
+	recs, err := r.query(ctx, `MATCH (n)
+WITH n, [l IN labels(n) WHERE NOT l IN $owned] AS foreign, [l IN labels(n) WHERE l IN $owned] AS mine
+WHERE size(foreign) > 0 OR n.tenant_id IS NULL OR size(mine) > 0
+RETURN n.tenant_id AS tenant, foreign, mine, count(*) AS nodes, min(n.id) AS example`, map[string]any{"owned": owned})
+	if err != nil {
+		return fmt.Errorf("scan the graph for labels and tenants: %w", err)
+	}
+	known := map[int64]bool{}
+	for _, t := range tenants {
+		known[t] = true
+	}
+	unknownTenants := map[int64]int{}
+	for _, rec := range recs {
+		tenant, noTenant, _ := neo4j.GetRecordValue[int64](rec, "tenant")
+		foreign, _, _ := neo4j.GetRecordValue[[]any](rec, "foreign")
+		mine, _, _ := neo4j.GetRecordValue[[]any](rec, "mine")
+		count, _, _ := neo4j.GetRecordValue[int64](rec, "nodes")
+		example, _, _ := neo4j.GetRecordValue[int64](rec, "example")
+		// A one-tenant run still reports nodes without a tenant: they
+		// belong to no tenant, so no other run would.
+		if r.c.cfg.TenantID != 0 && !noTenant && tenant != r.c.cfg.TenantID {
+			continue
+		}
+		for _, l := range foreign {
+			name, _ := l.(string)
+			r.report.foreign(ForeignLabel, name, tenant, noTenant, count)
+		}
+		if len(mine) == 0 {
+			continue
+		}
+		label, _ := mine[0].(string)
+		switch {
+		case noTenant:
+			r.findings = append(r.findings, Finding{Kind: NodeWithoutTenant, Label: label, ID: example, Count: int(count),
+				Detail: fmt.Sprintf("%d %s nodes have no tenant_id", count, label), repair: &repairAction{deleteUntenanted: label}})
+		case !known[tenant] && r.c.cfg.TenantID == 0:
+			unknownTenants[tenant] += int(count)
+		}
+	}
+	for tenant, count := range unknownTenants {
+		// Read after the graph: a tenant created meanwhile is in PostgreSQL now.
+		var exists bool
+		if err := r.c.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1)", tenant).Scan(&exists); err != nil {
+			return fmt.Errorf("check tenant %d: %w", tenant, err)
+		}
+		if !exists {
+			r.findings = append(r.findings, Finding{Kind: OrphanNode, TenantID: tenant, Label: tenantLabel(r.model), ID: tenant, Count: count,
+				Detail: fmt.Sprintf("tenant %d is not in PostgreSQL; the graph holds %d nodes of it", tenant, count),
+				repair: &repairAction{deleteTenant: true}})
+		}
+	}
+	var types []string
+	for _, rt := range r.model.Relationships {
+		types = append(types, rt.Type)
+	}
+	recs, err = r.query(ctx, `MATCH ()-[r]->() WHERE NOT type(r) IN $types
+RETURN type(r) AS type, r.tenant_id AS tenant, count(*) AS n`, map[string]any{"types": types})
+	if err != nil {
+		return fmt.Errorf("scan the graph for relationship types: %w", err)
+	}
+	for _, rec := range recs {
+		typ, _, _ := neo4j.GetRecordValue[string](rec, "type")
+		tenant, noTenant, _ := neo4j.GetRecordValue[int64](rec, "tenant")
+		n, _, _ := neo4j.GetRecordValue[int64](rec, "n")
+		if r.c.cfg.TenantID != 0 && (noTenant || tenant != r.c.cfg.TenantID) {
+			continue
+		}
+		r.report.foreign(ForeignRelType, typ, tenant, noTenant, n)
+	}
+	return nil
+}
