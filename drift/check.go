@@ -223,54 +223,102 @@ func (r *run) suspect(s suspect, findings []Finding) {
 	r.findings = append(r.findings, findings...)
 }
 
-// secondLook re-reads each suspect key, graph first and then PostgreSQL
-// (whatever the graph holds was committed in PostgreSQL before), and keeps
-// the differences that remain and are not explained by outbox rows.
+// secondLook re-reads each suspect key in the order that makes a verdict
+// sound while sync keeps writing: the rows (R1), the pending outbox rows
+// (P1), the graph (G), the rows again (R2), the pending rows again (P2).
+// Sync marks a row processed only after Neo4j committed it, so every event
+// committed before R1 is either pending in P1 or visible in G. A node that
+// matches R1 or R2 is in step (it may be between the two); one that matches
+// neither is drift unless P1 or P2 holds rows of its aggregate.
 func (r *run) secondLook(ctx context.Context) error {
-	pendings := map[int64]pendingIndex{}
-	all := sample{offset: 0, share: 1000}
-	for _, s := range r.suspects {
-		label, _ := r.model.Label(s.label)
-		var exp, got *node
-		var findings []Finding
-		if s.label == tombstoneLabel(r.model) || s.label == tenantLabel(r.model) {
-			var err error
-			if findings, err = r.recheckSpecial(ctx, s); err != nil {
-				return err
-			}
-		} else {
-			nodes, err := graphChunk(ctx, r.c.driver, r.c.cfg.Database, r.model, s.label, s.tenant, s.id-1, 1, all)
-			if err != nil {
-				return err
-			}
-			if len(nodes) == 1 && nodes[0].id == s.id {
-				got = &nodes[0]
-			}
-			rows, err := rowsChunk(ctx, r.c.pool, r.model, s.label, s.tenant, s.id-1, 1, all)
-			if err != nil {
-				return err
-			}
-			if len(rows) == 1 && rows[0].id == s.id {
-				exp = &rows[0]
-			}
-			findings = compareNode(r.model, s.tenant, label, exp, got)
+	// Suspects are looked at in batches of one tenant, so P1 and P2 are read
+	// once per batch, still between the batch's reads.
+	const batchSize = 200
+	for start := 0; start < len(r.suspects); {
+		end := start + 1
+		for end < len(r.suspects) && end-start < batchSize && r.suspects[end].tenant == r.suspects[start].tenant {
+			end++
 		}
-		if len(findings) == 0 {
+		if err := r.secondLookBatch(ctx, r.suspects[start:end]); err != nil {
+			return err
+		}
+		start = end
+	}
+	return nil
+}
+
+func (r *run) secondLookBatch(ctx context.Context, batch []suspect) error {
+	all := sample{offset: 0, share: 1000}
+	tenant := batch[0].tenant
+	isSpecial := func(s suspect) bool { return s.label == tombstoneLabel(r.model) || s.label == tenantLabel(r.model) }
+	readRow := func(s suspect) (*node, error) {
+		rows, err := rowsChunk(ctx, r.c.pool, r.model, s.label, s.tenant, s.id-1, 1, all)
+		if err != nil || len(rows) != 1 || rows[0].id != s.id {
+			return nil, err
+		}
+		return &rows[0], nil
+	}
+	r1 := make([]*node, len(batch))
+	for i, s := range batch {
+		if isSpecial(s) {
 			continue
 		}
 		var err error
-		pending, ok := pendings[s.tenant]
-		if !ok {
-			if pending, err = loadPending(ctx, r.c.pool, s.tenant); err != nil {
+		if r1[i], err = readRow(s); err != nil {
+			return err
+		}
+	}
+	p1, err := loadPending(ctx, r.c.pool, tenant)
+	if err != nil {
+		return err
+	}
+	found := make([][]Finding, len(batch))
+	for i, s := range batch {
+		if isSpecial(s) {
+			if found[i], err = r.recheckSpecial(ctx, s); err != nil {
 				return err
 			}
-			pendings[s.tenant] = pending
-		}
-		if p, ok := pending.explains(s.label, s.id); ok {
-			r.report.explain(s.tenant, s.label, s.id, p, findings)
 			continue
 		}
-		r.findings = append(r.findings, findings...)
+		label, _ := r.model.Label(s.label)
+		var got *node
+		nodes, err := graphChunk(ctx, r.c.driver, r.c.cfg.Database, r.model, s.label, s.tenant, s.id-1, 1, all)
+		if err != nil {
+			return err
+		}
+		if len(nodes) == 1 && nodes[0].id == s.id {
+			got = &nodes[0]
+		}
+		r2, err := readRow(s)
+		if err != nil {
+			return err
+		}
+		findings := compareNode(r.model, s.tenant, label, r2, got)
+		switch {
+		case len(findings) == 0:
+		case len(compareNode(r.model, s.tenant, label, r1[i], got)) == 0:
+			findings = nil // the graph holds R1's state: in step, R2 is on its way
+		case label.Role == graphmodel.RoleAggregate && r1[i] != nil && r2 != nil && got != nil &&
+			r1[i].version < got.version && got.version < r2.version:
+			findings = nil // a version between R1's and R2's: in step, mid-way
+		}
+		found[i] = findings
+	}
+	p2, err := loadPending(ctx, r.c.pool, tenant)
+	if err != nil {
+		return err
+	}
+	for i, s := range batch {
+		if len(found[i]) == 0 {
+			continue
+		}
+		c1, ok1 := p1.explains(s.label, s.id)
+		c2, ok2 := p2.explains(s.label, s.id)
+		if ok1 || ok2 {
+			r.report.explain(s.tenant, s.label, s.id, pendingCount{max(c1.pending, c2.pending), max(c1.dlq, c2.dlq)}, found[i])
+			continue
+		}
+		r.findings = append(r.findings, found[i]...)
 	}
 	return nil
 }

@@ -34,6 +34,8 @@ type syncFlags struct {
 	httpAddr       string
 	retentionEvery time.Duration
 	untilCaughtUp  bool
+	driftEvery     time.Duration
+	driftSample    float64
 	notifyTrigger  bool
 	projector      projector.Config
 }
@@ -60,6 +62,8 @@ func (f *syncFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.relay.Slot, "slot", "graphsync_outbox", "stream mode's replication slot")
 	fs.StringVar(&f.relay.Publication, "publication", "graphsync_outbox", "stream mode's publication")
 	fs.DurationVar(&f.retentionEvery, "retention-every", time.Hour, "run the archive and partition job this often; 0 disables")
+	fs.DurationVar(&f.driftEvery, "drift-check-every", 0, "run a sampled drift check this often and export graphsync_drift gauges; 0 disables")
+	fs.Float64Var(&f.driftSample, "drift-sample", 0.1, "share of keys the periodic drift check compares, in (0, 1]")
 	fs.BoolVar(&f.untilCaughtUp, "until-caught-up", false, "exit 0 once every event that can flow has been applied (for demos and batch runs)")
 	fs.BoolVar(&f.notifyTrigger, "notify-trigger", true, "notify mode: install the outbox NOTIFY trigger at start")
 	fs.IntVar(&f.projector.Limits.MaxPayloadBytes, "max-payload-bytes", events.DefaultMaxPayloadBytes, "an event whose payload is larger is rejected (and ends in the DLQ) naming the limit")
@@ -177,6 +181,19 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
 			shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			return server.Shutdown(shutdownCtx)
+		})
+	}
+	if f.driftEvery > 0 {
+		if f.driftSample <= 0 || f.driftSample > 1 {
+			cancelRun()
+			_ = tasks.Wait()
+			return usageError{fmt.Sprintf("--drift-sample must be in (0, 1], got %g", f.driftSample)}
+		}
+		watch := newDriftWatch()
+		registry.MustRegister(watch.collectors()...)
+		tasks.Go(func(context.Context) error {
+			watch.run(runCtx, pgPool, driver, f.driftEvery, f.driftSample, log.Named("drift"))
+			return nil
 		})
 	}
 	if f.retentionEvery > 0 {

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap/zaptest"
+
+	"graphsync/internal/teststack"
+	"graphsync/projector"
+)
+
+// `graphsync drift` on a clean tenant exits 0 and writes a JSON report with
+// an integer drift_total; bad calls and unreachable servers exit 2.
+func TestDriftCommand(t *testing.T) {
+	ctx := context.Background()
+	pgURL, pool := teststack.FreshDatabase(t)
+	driver := teststack.Neo4j(t)
+	if err := projector.EnsureSchema(ctx, driver); err != nil {
+		t.Fatal(err)
+	}
+	var tenant int64
+	if err := pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('drift') RETURNING id`).Scan(&tenant); err != nil {
+		t.Fatal(err)
+	}
+	conn := []string{"--pg-url", pgURL, "--neo4j-uri", teststack.Neo4jURI(t), "--log-level", "error"}
+	out := filepath.Join(t.TempDir(), "report.json")
+	if code := run(append([]string{"drift", "--tenant", itoa(tenant), "--format", "json", "--out", out, "--recheck-after", "0s"}, conn...)); code != 0 {
+		t.Fatalf("drift on a clean tenant exited %d", code)
+	}
+	body, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report struct {
+		DriftTotal *int `json:"drift_total"`
+	}
+	if err := json.Unmarshal(body, &report); err != nil || report.DriftTotal == nil || *report.DriftTotal != 0 {
+		t.Fatalf("report %s: drift_total missing or not 0 (%v)", body, err)
+	}
+	for name, args := range map[string][]string{
+		"unknown format":       append([]string{"drift", "--format", "xml"}, conn...),
+		"unknown tenant":       append([]string{"drift", "--tenant", "5000000000001"}, conn...),
+		"bad sample":           append([]string{"drift", "--sample", "2"}, conn...),
+		"unreachable neo4j":    {"drift", "--pg-url", pgURL, "--neo4j-uri", "bolt://127.0.0.1:1"},
+		"unreachable postgres": {"drift", "--pg-url", "postgres://graphsync:secret@127.0.0.1:1/x?sslmode=disable&connect_timeout=2", "--neo4j-uri", teststack.Neo4jURI(t)},
+	} {
+		if code := run(args); code != 2 {
+			t.Errorf("%s: exit %d, want 2", name, code)
+		}
+	}
+}
+
+func itoa(n int64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+// sync --drift-check-every exports what a sampled check finds: an orphan
+// node planted in the graph shows up in graphsync_drift for its tenant,
+// label and kind, with the time of the check.
+func TestDriftWatchExportsGauges(t *testing.T) {
+	ctx := context.Background()
+	_, pool := teststack.FreshDatabase(t)
+	driver := teststack.Neo4j(t)
+	var tenant int64
+	if err := pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('watched') RETURNING id`).Scan(&tenant); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { teststack.CleanGraph(t, driver, tenant) })
+	if _, err := neo4j.ExecuteQuery(ctx, driver, `CREATE (:Product {tenant_id: $t, id: $t, name: 'nobody wrote me'})`,
+		map[string]any{"t": tenant}, neo4j.EagerResultTransformer); err != nil {
+		t.Fatal(err)
+	}
+	w := newDriftWatch()
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.run(runCtx, pool, driver, 50*time.Millisecond, 1, zaptest.NewLogger(t))
+	}()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(30 * time.Second)
+	for testutil.ToFloat64(w.lastCheck) == 0 && time.Now().Before(deadline) {
+		<-time.After(20 * time.Millisecond)
+	}
+	if testutil.ToFloat64(w.lastCheck) == 0 {
+		t.Fatal("no drift check finished within 30s")
+	}
+	if got := testutil.ToFloat64(w.drift.WithLabelValues(strconv.FormatInt(tenant, 10), "Product", "orphan_node")); got != 1 {
+		t.Errorf("graphsync_drift{Product, orphan_node} = %v, want 1", got)
+	}
+}
