@@ -13,7 +13,7 @@ GO ?= go
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 ENV_FILE := .local/services.env
 
-.PHONY: build services-up services-down services-status test test-unit test-e2e demo bench bench-relay bench-context vet clean
+.PHONY: build services-up services-down services-status test test-unit test-e2e demo bench bench-relay bench-context bench-drift vet clean
 
 build:
 	$(GO) build -o bin/graphsync ./cmd/graphsync
@@ -69,6 +69,11 @@ bench: services-up build
 # questions, beside the bare tenant-filtered fulltext query of the same run.
 bench-context: services-up
 	. $(ENV_FILE) && $(GO) test -run '^$$' -bench BenchmarkContext -benchtime 1x -timeout 60m ./retrieve -args -context-nodes=$${CONTEXT_NODES:-1000000}
+
+# The boundary review at scale: graphsync drift on 100k and 1M nodes against
+# the time to read both sides once, with 100 planted differences, peak RSS.
+bench-drift: services-up
+	. $(ENV_FILE) && $(GO) test -run '^$$' -bench BenchmarkDrift -benchtime 1x -timeout 90m ./drift -args -drift-nodes=$${DRIFT_NODES:-100000,1000000}
 
 clean:
 	rm -rf bin e2e/neo4j/target

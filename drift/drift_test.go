@@ -135,7 +135,7 @@ func TestEventPathEqualsRowPath(t *testing.T) {
 	}
 }
 
-func exec(t *testing.T, driver neo4j.DriverWithContext, query string, params map[string]any) {
+func cypherExec(t *testing.T, driver neo4j.DriverWithContext, query string, params map[string]any) {
 	t.Helper()
 	if _, err := neo4j.ExecuteQuery(context.Background(), driver, query, params, neo4j.EagerResultTransformer); err != nil {
 		t.Fatalf("%s: %v", query, err)
@@ -180,34 +180,34 @@ func TestPlantedDriftIsFoundAndRepaired(t *testing.T) {
 
 	// A node deleted by hand.
 	deletedOrder := orders[0]
-	exec(t, driver, `MATCH (n:Order {tenant_id: $t, id: $id}) DETACH DELETE n`, p(deletedOrder))
+	cypherExec(t, driver, `MATCH (n:Order {tenant_id: $t, id: $id}) DETACH DELETE n`, p(deletedOrder))
 	// A property edited in the Neo4j browser.
 	editedProduct := products[0]
-	exec(t, driver, `MATCH (n:Product {tenant_id: $t, id: $id}) SET n.name = 'Edited by hand'`, p(editedProduct))
+	cypherExec(t, driver, `MATCH (n:Product {tenant_id: $t, id: $id}) SET n.name = 'Edited by hand'`, p(editedProduct))
 	// A lowered version.
 	loweredOrder := orders[1]
-	exec(t, driver, `MATCH (n:Order {tenant_id: $t, id: $id}) SET n.sync_version = n.sync_version - 1`, p(loweredOrder))
+	cypherExec(t, driver, `MATCH (n:Order {tenant_id: $t, id: $id}) SET n.sync_version = n.sync_version - 1`, p(loweredOrder))
 	// A foreign label (GraphRAG chunks, say): reported, never repaired.
-	exec(t, driver, `CREATE (:Chunk {tenant_id: $t, id: 1, text: 'a document chunk'})`, map[string]any{"t": a})
+	cypherExec(t, driver, `CREATE (:Chunk {tenant_id: $t, id: 1, text: 'a document chunk'})`, map[string]any{"t": a})
 	// A property outside the allowlist holding an e-mail address.
 	piiProduct := products[1]
-	exec(t, driver, `MATCH (n:Product {tenant_id: $t, id: $id}) SET n.contact = 'buyer.planted@example.org'`, p(piiProduct))
+	cypherExec(t, driver, `MATCH (n:Product {tenant_id: $t, id: $id}) SET n.contact = 'buyer.planted@example.org'`, p(piiProduct))
 	// Two tenants linked.
 	linkedOrder := orders[2]
-	exec(t, driver, `MATCH (o:Order {tenant_id: $t, id: $id}), (x:Product {tenant_id: $tb, id: $pb})
+	cypherExec(t, driver, `MATCH (o:Order {tenant_id: $t, id: $id}), (x:Product {tenant_id: $tb, id: $pb})
 		CREATE (o)-[:CONTAINS {tenant_id: $t, line_no: 99, quantity: 1, unit_price_cents: 1}]->(x)`,
 		map[string]any{"t": a, "id": linkedOrder, "tb": b, "pb": bProducts[0]})
 	// A relationship deleted.
 	uncategorised := withCategory[len(withCategory)-1]
-	exec(t, driver, `MATCH (n:Product {tenant_id: $t, id: $id})-[r:IN_CATEGORY]->() DELETE r`, p(uncategorised))
+	cypherExec(t, driver, `MATCH (n:Product {tenant_id: $t, id: $id})-[r:IN_CATEGORY]->() DELETE r`, p(uncategorised))
 	// An extra relationship.
 	extraOrder := orders[3]
 	other := ids(t, pool, `SELECT DISTINCT customer_id FROM sales_orders WHERE tenant_id = $1 AND customer_id <> (SELECT customer_id FROM sales_orders WHERE id = $2) ORDER BY 1 LIMIT 1`, a, extraOrder)
-	exec(t, driver, `MATCH (c:Customer {tenant_id: $t, id: $c}), (o:Order {tenant_id: $t, id: $id})
+	cypherExec(t, driver, `MATCH (c:Customer {tenant_id: $t, id: $c}), (o:Order {tenant_id: $t, id: $id})
 		CREATE (c)-[:PLACED {tenant_id: $t}]->(o)`,
 		map[string]any{"t": a, "id": extraOrder, "c": other[0]})
 	// A node without a tenant.
-	exec(t, driver, `CREATE (:Customer {id: -424242, segment: 'retail'})`, nil)
+	cypherExec(t, driver, `CREATE (:Customer {id: -424242, segment: 'retail'})`, nil)
 	// An event marked processed that was never applied: the row changed in
 	// PostgreSQL, its outbox row says done, the graph never saw it.
 	neverApplied := products[2]
@@ -273,7 +273,7 @@ func TestPlantedDriftIsFoundAndRepaired(t *testing.T) {
 	if n, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "n"); n != 1 {
 		t.Errorf("repair touched the foreign label: %d Chunk nodes left", n)
 	}
-	exec(t, driver, `MATCH (n:Chunk {tenant_id: $t}) DELETE n`, map[string]any{"t": a})
+	cypherExec(t, driver, `MATCH (n:Chunk {tenant_id: $t}) DELETE n`, map[string]any{"t": a})
 	if other := check(t, pool, driver, b, false); other.DriftTotal != 0 {
 		t.Errorf("tenant %d: drift %d after repairing tenant %d", b, other.DriftTotal, a)
 	}
