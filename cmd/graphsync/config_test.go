@@ -63,3 +63,14 @@ func TestUnknownCommandAndWake(t *testing.T) {
 		t.Errorf("unknown wake mode exit %d, want 2", code)
 	}
 }
+
+// dlq list keeps each producer text to one bounded table cell.
+func TestCellIsOneBoundedLine(t *testing.T) {
+	got := cell("a\nvery "+strings.Repeat("long ", 100)+"type", 40)
+	if strings.ContainsAny(got, "\n\t") || len([]rune(got)) > 40 {
+		t.Errorf("cell = %q", got)
+	}
+	if cell("OrderPlaced", 40) != "OrderPlaced" {
+		t.Error("cell changed a short text")
+	}
+}
