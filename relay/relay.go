@@ -134,13 +134,12 @@ func (r *worker) drain(ctx context.Context, backoff *backoff) {
 // waitAfter waits after a failed pass: the broken-sink interval, or the
 // next backoff step.
 func (r *worker) waitAfter(ctx context.Context, err error, backoff *backoff) {
+	if errors.Is(err, errSuspectBatch) {
+		return // the batch was released to be retried smaller, at once
+	}
 	wait := backoff.next()
 	if errors.Is(err, ErrSinkBroken) {
 		wait = r.cfg.SinkBackoffMax
-	}
-	if errors.Is(err, errSuspectBatch) {
-		// The batch was released to be retried smaller at once.
-		return
 	}
 	r.log.Warn("relay pass failed; backing off", zap.String("error", redactLog(err.Error())), zap.Duration("backoff", wait))
 	sleepCtx(ctx, wait)

@@ -31,8 +31,6 @@ type claimed struct {
 	// events, recorded with unreadableErrs like a sink's rejections.
 	unreadable     []Message
 	unreadableErrs map[int64]error
-	// candidates is how many rows were claimable, taken or not.
-	candidates int
 }
 
 // OutboxClaim claims up to limit due rows in id order.
@@ -87,7 +85,6 @@ func (s *store) claim(ctx context.Context, candidates string, arg any) (claimed,
 		if err != nil {
 			return err
 		}
-		result.candidates = len(found)
 		if len(found) == 0 {
 			return nil
 		}
