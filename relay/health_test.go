@@ -19,7 +19,7 @@ func TestLogTextIsBoundedAndRedacted(t *testing.T) {
 	}
 	for in, secret := range map[string]string{
 		"dial postgres://graphsync:s3cret@db:5432/x failed": "s3cret",
-		"auth failed: password=hunter2 user=neo4j":         "hunter2",
+		"auth failed: password=hunter2 user=neo4j":          "hunter2",
 	} {
 		if out := redactLog(in); strings.Contains(out, secret) {
 			t.Errorf("redactLog(%q) = %q", in, out)
