@@ -274,8 +274,31 @@ func TestPlantedDriftIsFoundAndRepaired(t *testing.T) {
 		t.Errorf("repair touched the foreign label: %d Chunk nodes left", n)
 	}
 	cypherExec(t, driver, `MATCH (n:Chunk {tenant_id: $t}) DELETE n`, map[string]any{"t": a})
-	if other := check(t, pool, driver, b, false); other.DriftTotal != 0 {
-		t.Errorf("tenant %d: drift %d after repairing tenant %d", b, other.DriftTotal, a)
+	full := check(t, pool, driver, b, false)
+	if full.DriftTotal != 0 {
+		t.Errorf("tenant %d: drift %d after repairing tenant %d", b, full.DriftTotal, a)
+	}
+	// A sampled check reads a share of the keys, the same on both sides.
+	c, err := New(pool, driver, Config{TenantID: b, Sample: 0.3, RecheckAfter: time.Millisecond}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sampled, err := c.Run(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orderCounts := func(r *Report) (rows, nodes int) {
+		for _, l := range r.Tenants[0].Labels {
+			if l.Label == "Order" {
+				return l.Rows, l.Nodes
+			}
+		}
+		return 0, 0
+	}
+	fullRows, _ := orderCounts(full)
+	rows, nodes := orderCounts(sampled)
+	if sampled.DriftTotal != 0 || rows != nodes || rows == 0 || rows >= fullRows {
+		t.Errorf("sample 0.3: drift %d, %d order rows and %d nodes of %d", sampled.DriftTotal, rows, nodes, fullRows)
 	}
 }
 

@@ -77,7 +77,9 @@ var chunkQuery = map[string]string{
 	graphmodel.LabelCustomer: "DriftCustomers",
 }
 
-// sample is the share of keys both sides read: (id + offset) % 1000 < share.
+// sample is the share of keys both sides read: ((id % 1000003) * 7919 +
+// offset) % 1000 < share, the same on both sides and spread over
+// consecutive ids (a plain id % 1000 would keep or drop whole runs).
 type sample struct{ offset, share int64 }
 
 // rowsChunk reads up to limit rows of label after id `after`, in id order,
@@ -247,7 +249,7 @@ func graphChunkQuery(model graphmodel.Model, label string) string {
 			"props: properties(r), eid: elementId(r)}]", pattern, quoteList(types))
 	}
 	return fmt.Sprintf(`MATCH (n:%s)
-WHERE n.tenant_id = $tenant AND n.id > $after AND (n.id + $offset) %% 1000 < $share
+WHERE n.tenant_id = $tenant AND n.id > $after AND ((n.id %% 1000003) * 7919 + $offset) %% 1000 < $share
 WITH n ORDER BY n.id LIMIT $limit
 RETURN n.id AS id, properties(n) AS props, %s AS outs, %s AS ins`,
 		label, relList(outs, "(n)-[r]->(m)"), relList(ins, "(m)-[r]->(n)"))

@@ -38,7 +38,7 @@ func (r *run) checkTombstonesAndTenant(ctx context.Context, tx pgx.Tx, tenant in
 	after := int64(0)
 	for {
 		recs, err := r.query(ctx, "MATCH (n:"+tomb+") WHERE n.tenant_id = $tenant AND n.id > $after "+
-			"AND (n.id + $offset) % 1000 < $share WITH n ORDER BY n.id LIMIT $limit RETURN n.id AS id",
+			"AND ((n.id % 1000003) * 7919 + $offset) % 1000 < $share WITH n ORDER BY n.id LIMIT $limit RETURN n.id AS id",
 			map[string]any{"tenant": tenant, "after": after, "limit": int64(r.c.cfg.ChunkSize), "offset": r.sample.offset, "share": r.sample.share})
 		if err != nil {
 			return fmt.Errorf("read tombstones of tenant %d: %w", tenant, err)

@@ -1,7 +1,8 @@
--- Reads of `graphsync drift` and `graphsync rebuild`: the business tables in
+-- Reads of `graphsync drift`: the business tables in
 -- key order, a chunk at a time (keyset pagination), in one REPEATABLE READ
 -- snapshot opened by the caller. $1 tenant, $2 last id of the previous
--- chunk, $3 chunk size, $4 sample modulus offset, $5 sample share in 1/1000
+-- chunk, $3 chunk size, $4 sample offset, $5 sample share in 1/1000 of
+-- ((id % 1000003) * 7919 + $4) % 1000, which spreads consecutive ids
 -- (1000: every key).
 
 -- name: DriftTenants
@@ -12,7 +13,7 @@ SELECT p.id, p.version, p.sku, p.name, p.description, p.category_id, coalesce(c.
        p.price_cents, p.currency, p.status
 FROM products p
 LEFT JOIN categories c ON c.tenant_id = p.tenant_id AND c.id = p.category_id
-WHERE p.tenant_id = $1 AND p.id > $2 AND (p.id + $4) % 1000 < $5
+WHERE p.tenant_id = $1 AND p.id > $2 AND ((p.id % 1000003) * 7919 + $4) % 1000 < $5
 ORDER BY p.id
 LIMIT $3;
 
@@ -27,7 +28,7 @@ LEFT JOIN LATERAL (
          array_agg(quantity ORDER BY line_no) AS quantities, array_agg(unit_price_cents ORDER BY line_no) AS unit_prices
   FROM order_lines
   WHERE tenant_id = o.tenant_id AND order_id = o.id) l ON true
-WHERE o.tenant_id = $1 AND o.id > $2 AND (o.id + $4) % 1000 < $5
+WHERE o.tenant_id = $1 AND o.id > $2 AND ((o.id % 1000003) * 7919 + $4) % 1000 < $5
 ORDER BY o.id
 LIMIT $3;
 
@@ -36,7 +37,7 @@ LIMIT $3;
 SELECT c.id, c.name,
        EXISTS (SELECT 1 FROM products p WHERE p.tenant_id = c.tenant_id AND p.category_id = c.id) AS referenced
 FROM categories c
-WHERE c.tenant_id = $1 AND c.id > $2 AND (c.id + $4) % 1000 < $5
+WHERE c.tenant_id = $1 AND c.id > $2 AND ((c.id % 1000003) * 7919 + $4) % 1000 < $5
 ORDER BY c.id
 LIMIT $3;
 
@@ -45,7 +46,7 @@ LIMIT $3;
 SELECT cu.id, cu.segment, coalesce(cu.country_code, ''),
        EXISTS (SELECT 1 FROM sales_orders o WHERE o.tenant_id = cu.tenant_id AND o.customer_id = cu.id) AS referenced
 FROM customers cu
-WHERE cu.tenant_id = $1 AND cu.id > $2 AND (cu.id + $4) % 1000 < $5
+WHERE cu.tenant_id = $1 AND cu.id > $2 AND ((cu.id % 1000003) * 7919 + $4) % 1000 < $5
 ORDER BY cu.id
 LIMIT $3;
 
