@@ -61,9 +61,12 @@ bench-relay: services-up
 	. $(ENV_FILE) && $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./relay
 
 # End-to-end benchmarks: commit-to-graph throughput and latency per wake mode,
-# peak RSS with large backlogs, and the plain UNWIND ... MERGE ceiling.
+# peak RSS with large backlogs, and the plain UNWIND ... MERGE ceiling; then
+# the drift and GraphRAG context scenarios below.
 bench: services-up build
 	. $(ENV_FILE) && $(GO) run ./bench
+	$(MAKE) --no-print-directory bench-drift
+	$(MAKE) --no-print-directory bench-context
 
 # GraphRAG retrieval: p50/p99 of graphsync context on a 1M-node graph for 100
 # questions, beside the bare tenant-filtered fulltext query of the same run.

@@ -40,11 +40,10 @@ func (f *contextFlags) config() (retrieve.Config, retrieve.Format, error) {
 	if f.tenant <= 0 {
 		return retrieve.Config{}, "", usageError{"--tenant is required: the id of the tenant whose graph is searched"}
 	}
-	cfg := retrieve.Config{TopK: f.topK, Hops: f.hops, NoHops: f.hops == 0, MaxChars: f.maxChars}
-	if f.topK == 0 {
-		cfg.TopK = -1 // zero is no default here: the flag said 0
+	if f.topK < 1 || f.topK > retrieve.MaxTopK {
+		return retrieve.Config{}, "", usageError{fmt.Sprintf("--top-k must be between 1 and %d, got %d", retrieve.MaxTopK, f.topK)}
 	}
-	return cfg, format, nil
+	return retrieve.Config{TopK: f.topK, Hops: f.hops, NoHops: f.hops == 0, MaxChars: f.maxChars}, format, nil
 }
 
 // runContext prints the graph context of a question for one tenant.
