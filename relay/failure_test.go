@@ -211,6 +211,52 @@ func TestOrphansAreReclaimedInBatches(t *testing.T) {
 	sink.checkViolations(t)
 }
 
+// A row whose last attempt died with its relay goes to the DLQ saying so,
+// with the error its attempt before recorded; the other rows of the batch,
+// orphaned once, are delivered.
+func TestExhaustedOrphanKeepsItsLastRecordedError(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	cfg := h.config("relay-after-last-attempt")
+	cfg.PollInterval = time.Hour
+	var ids []int64
+	for i := range 6 {
+		ids = append(ids, h.insertCommitted(event{1 + int64(i%2), "Order", int64(i % 3), "OrderConfirmed", `{}`}))
+	}
+	exhausted := ids[2]
+	recorded := fmt.Sprintf("attempt %d of %d: OrderConfirmed v1 (outbox id %d): boom", cfg.MaxAttempts-1, cfg.MaxAttempts, exhausted)
+	// What a SIGKILL during the last attempt leaves: every attempt counted,
+	// the one before failed and recorded, the lease run out.
+	if _, err := h.pool.Exec(context.Background(), `UPDATE outbox_messages
+		SET attempts = CASE WHEN id = $1 THEN $2::smallint ELSE 1 END,
+		    last_error = CASE WHEN id = $1 THEN $3 END,
+		    locked_by = 'killed/0', locked_until = now() - interval '1 second'`, exhausted, cfg.MaxAttempts, recorded); err != nil {
+		t.Fatal(err)
+	}
+	sink := newRecordingSink()
+	h.start(sink, cfg)
+	eventually(t, 15*time.Second, "the exhausted row in the DLQ and the others delivered", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages_dlq WHERE id = $1`, exhausted) == 1 &&
+			h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL`) == 0
+	})
+	var lastError string
+	if err := h.pool.QueryRow(context.Background(), `SELECT last_error FROM outbox_messages_dlq WHERE id = $1`, exhausted).Scan(&lastError); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("gave up after %d attempts: no outcome was recorded for the last one", cfg.MaxAttempts)
+	if !strings.Contains(lastError, want) || !strings.Contains(lastError, "the attempt before it: "+recorded) {
+		t.Errorf("last_error %q does not say %q and keep the error recorded before", lastError, want)
+	}
+	if sink.appliedIDs()[exhausted] > 0 {
+		t.Error("the exhausted row was delivered")
+	}
+	for _, id := range ids {
+		if id != exhausted && sink.appliedIDs()[id] == 0 {
+			t.Errorf("outbox row %d was not delivered", id)
+		}
+	}
+	sink.checkViolations(t)
+}
+
 // A relay whose NotifyChannel is not the default is still woken by the
 // trigger installed for it.
 func TestChangedNotifyChannelStillWakes(t *testing.T) {

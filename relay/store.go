@@ -104,15 +104,16 @@ func (s *store) claim(ctx context.Context, candidates string, arg any) (claimed,
 			return err
 		}
 		type taken struct {
-			msg     Message
-			problem error
+			msg       Message
+			problem   error
+			lastError string
 		}
 		// Scanning cannot fail on a row PostgreSQL accepted: the payload is
 		// taken as bytes (decoding is the sink's job, per event) and the
 		// timestamp as a value that can be infinite.
 		takenRows, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (taken, error) {
-			m, problem, err := scanMessage(row)
-			return taken{m, problem}, err
+			m, problem, lastError, err := scanMessage(row)
+			return taken{m, problem, lastError}, err
 		})
 		if err != nil {
 			return err
@@ -125,7 +126,7 @@ func (s *store) claim(ctx context.Context, candidates string, arg any) (claimed,
 			switch {
 			case int(m.Attempts) > s.cfg.MaxAttempts:
 				exhausted = append(exhausted, m.ID)
-				reasons = append(reasons, fmt.Sprintf("gave up after %d attempts: no outcome was recorded for the last one (its relay stopped, or lost PostgreSQL before marking it)", s.cfg.MaxAttempts))
+				reasons = append(reasons, exhaustedReason(s.cfg.MaxAttempts, t.lastError))
 			case t.problem != nil:
 				if result.unreadableErrs == nil {
 					result.unreadableErrs = map[int64]error{}
@@ -151,17 +152,29 @@ func (s *store) claim(ctx context.Context, candidates string, arg any) (claimed,
 	return result, nil
 }
 
+// exhaustedReason is the DLQ reason of a row whose last attempt recorded no
+// outcome. The error of the attempt before it, if one was recorded, says
+// what the row's trouble probably is.
+func exhaustedReason(maxAttempts int, lastError string) string {
+	reason := fmt.Sprintf("gave up after %d attempts: no outcome was recorded for the last one (its relay stopped, or lost PostgreSQL before marking it)", maxAttempts)
+	if lastError != "" {
+		reason += "; the attempt before it: " + lastError
+	}
+	return reason
+}
+
 // scanMessage reads one taken row. problem is set for a row that cannot be
-// handed to a sink; err only for a failure of the scan itself.
-func scanMessage(row pgx.CollectableRow) (m Message, problem error, err error) {
-	var trace pgtype.Text
+// handed to a sink; err only for a failure of the scan itself. lastError is
+// the error recorded for the row's previous attempt, if any.
+func scanMessage(row pgx.CollectableRow) (m Message, problem error, lastError string, err error) {
+	var trace, last pgtype.Text
 	var occurred pgtype.Timestamptz
 	var payload []byte
 	var tenantKnown bool
 	err = row.Scan(&m.ID, &m.TenantID, &m.AggregateType, &m.AggregateID, &m.EventType,
-		&m.EventVersion, &payload, &occurred, &m.Attempts, &trace, &tenantKnown)
+		&m.EventVersion, &payload, &occurred, &m.Attempts, &trace, &tenantKnown, &last)
 	if err != nil {
-		return m, nil, err
+		return m, nil, "", err
 	}
 	m.Payload = payload
 	m.TraceID = trace.String
@@ -174,7 +187,7 @@ func scanMessage(row pgx.CollectableRow) (m Message, problem error, err error) {
 		problem = fmt.Errorf("%s %d (%s): occurred_at is %s, not a point in time",
 			clip(m.EventType, 64), m.AggregateID, clip(m.AggregateType, 64), occurred.InfinityModifier)
 	}
-	return m, problem, nil
+	return m, problem, last.String, nil
 }
 
 // OutboxNotVisible returns the ids this snapshot cannot see (yet).

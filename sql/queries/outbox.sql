@@ -88,7 +88,9 @@ RETURNING id, tenant_id, aggregate_type, aggregate_id, event_type,
           event_version, payload, occurred_at, attempts, trace_id,
           -- An event of a tenant PostgreSQL does not have is poison: the
           -- graph must hold no tenant the truth does not.
-          EXISTS (SELECT 1 FROM tenants t WHERE t.id = outbox_messages.tenant_id) AS tenant_known;
+          EXISTS (SELECT 1 FROM tenants t WHERE t.id = outbox_messages.tenant_id) AS tenant_known,
+          -- Kept in the DLQ reason of a row whose last attempt died unanswered.
+          last_error;
 
 -- name: OutboxMarkProcessed
 -- Only rows still leased by this relay: a row whose lease was taken over is
