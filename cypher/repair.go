@@ -86,3 +86,29 @@ func RemovePropertyText(label string) string {
 
 // DeleteRelationshipsText deletes relationships by element id ($ids).
 const DeleteRelationshipsText = "UNWIND $ids AS eid\nMATCH ()-[r]->()\nWHERE elementId(r) = eid\nDELETE r\nRETURN count(*) AS applied"
+
+// RebuildReferenceText upserts reference nodes of label (a Category, a
+// Customer) for graphsync rebuild from rows {tenant_id, id, props, below}.
+// Reference nodes follow outbox ids, not versions (ADR 0003), so a snapshot
+// read of their rows has no version to compare. below is the lowest outbox
+// id an event committed after the read can carry: a node some such event
+// already wrote is left alone (the read would be older), any other is
+// written and stamped below-1, so every such event still applies after it.
+// below = 1 creates a missing node and touches no existing one.
+func RebuildReferenceText(m graphmodel.Model, label string) (string, error) {
+	l, ok := m.Label(label)
+	if !ok || l.Role != graphmodel.RoleReference {
+		return "", fmt.Errorf("rebuild: %q is not a reference label of the model", label)
+	}
+	var b strings.Builder
+	b.WriteString("UNWIND $rows AS row\n")
+	fmt.Fprintf(&b, "MERGE (n:%s {%s: row.tenant_id, %s: row.id})\n", l.Name, graphmodel.KeyTenantID, graphmodel.KeyID)
+	fmt.Fprintf(&b, "ON CREATE SET n.%s = 0, n.%s = 0\n", graphmodel.PropVersion, graphmodel.PropOutboxID)
+	fmt.Fprintf(&b, "WITH n, row\nWHERE coalesce(n.%s, 0) < row.below\n", graphmodel.PropOutboxID)
+	sets := []string{fmt.Sprintf("n.%s = row.below - 1", graphmodel.PropOutboxID)}
+	for _, p := range l.Properties {
+		sets = append(sets, fmt.Sprintf("n.%s = row.props.%s", p.Key, p.Key))
+	}
+	fmt.Fprintf(&b, "SET %s\nRETURN count(n) AS applied", strings.Join(sets, ",\n    "))
+	return b.String(), nil
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
 	"graphsync/cypher"
+	"graphsync/graphmodel"
 )
 
 // repairAction is what fixes one finding.
@@ -128,23 +129,53 @@ type nodeKey struct {
 	id     int64
 }
 
-// reproject writes the row projection of the given nodes: the nodes their
-// mutations name (an aggregate and its reference nodes), then the
-// relationships they own, all under the repair guard.
+// reproject writes the row projection of the given nodes under the repair
+// guard.
 func (r *run) reproject(upserts map[nodeKey]*node, write func(what, text string, params map[string]any) error) error {
-	nodeRows := map[string][]map[string]any{}
-	relRows := map[string][]map[string]any{}
-	tenants := map[int64]bool{}
-	seen := map[nodeKey]bool{}
 	keys := make([]nodeKey, 0, len(upserts))
 	for k := range upserts {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].id < keys[j].id })
-	for _, k := range keys {
-		n := upserts[k]
+	nodes := make([]*node, len(keys))
+	for i, k := range keys {
+		nodes[i] = upserts[k]
+	}
+	stmts, err := projectionStatements(r.model, nodes, 0)
+	if err != nil {
+		return err
+	}
+	for _, st := range stmts {
+		if err := write(st.what, st.text, st.params); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// statement is one Cypher statement of a re-projection.
+type statement struct {
+	what   string
+	text   string
+	params map[string]any
+}
+
+// projectionStatements writes the row projection of nodes: the nodes their
+// mutations name (an aggregate and its reference nodes), then the
+// relationships they own. Aggregate nodes and relationships are guarded by
+// the row's version (never regress a newer state). Reference nodes take the
+// repair guard when rebuildBelow is 0; for a rebuild they take the outbox-id
+// watermark (cypher.RebuildReferenceText): rebuildBelow for a chunk of
+// reference rows, 1 (create when missing) for those an aggregate names.
+func projectionStatements(model graphmodel.Model, nodes []*node, rebuildBelow int64) ([]statement, error) {
+	nodeRows := map[string][]map[string]any{}
+	relRows := map[string][]map[string]any{}
+	tenants := map[int64]bool{}
+	seen := map[nodeKey]bool{}
+	for _, n := range nodes {
+		owner, _ := model.Label(n.label)
 		for _, up := range n.mut.Nodes {
-			if up.Label == tenantLabel(r.model) {
+			if up.Label == tenantLabel(model) {
 				tenants[up.TenantID] = true
 				continue
 			}
@@ -153,8 +184,14 @@ func (r *run) reproject(upserts map[nodeKey]*node, write func(what, text string,
 				continue
 			}
 			seen[nk] = true
-			nodeRows[up.Label] = append(nodeRows[up.Label], map[string]any{"tenant_id": up.TenantID, "id": up.ID,
-				"version": up.Guard.Version, "props": up.Props})
+			row := map[string]any{"tenant_id": up.TenantID, "id": up.ID, "version": up.Guard.Version, "props": up.Props}
+			if l, _ := model.Label(up.Label); rebuildBelow > 0 && l.Role == graphmodel.RoleReference {
+				row["below"] = int64(1)
+				if owner.Role == graphmodel.RoleReference {
+					row["below"] = rebuildBelow
+				}
+			}
+			nodeRows[up.Label] = append(nodeRows[up.Label], row)
 		}
 		for _, rel := range n.mut.Rels {
 			if rel.ToID == 0 {
@@ -164,45 +201,44 @@ func (r *run) reproject(upserts map[nodeKey]*node, write func(what, text string,
 				"to_id": rel.ToID, "version": n.version, "props": rel.Props})
 		}
 	}
+	var out []statement
 	if len(tenants) > 0 {
-		var rows []map[string]any
+		rows := make([]map[string]any, 0, len(tenants))
 		for t := range tenants {
 			rows = append(rows, map[string]any{"tenant_id": t})
 		}
-		if err := write("ensured tenant nodes", "UNWIND $rows AS row\nMERGE (t:"+tenantLabel(r.model)+
-			" {tenant_id: row.tenant_id, id: row.tenant_id})\nRETURN count(t) AS applied", map[string]any{"rows": rows}); err != nil {
-			return err
-		}
+		sort.Slice(rows, func(i, j int) bool { return rows[i]["tenant_id"].(int64) < rows[j]["tenant_id"].(int64) })
+		out = append(out, statement{"ensured tenant nodes", "UNWIND $rows AS row\nMERGE (t:" + tenantLabel(model) +
+			" {tenant_id: row.tenant_id, id: row.tenant_id})\nRETURN count(t) AS applied", map[string]any{"rows": rows}})
 	}
 	// Labels in model order: reference nodes before the aggregates that
 	// point at them, all nodes before any relationship.
-	for _, l := range r.model.Labels {
+	for _, l := range model.Labels {
 		rows := nodeRows[l.Name]
 		if len(rows) == 0 {
 			continue
 		}
-		text, err := cypher.RepairNodeText(r.model, l.Name)
+		text, err := cypher.RepairNodeText(model, l.Name)
+		if rebuildBelow > 0 && l.Role == graphmodel.RoleReference {
+			text, err = cypher.RebuildReferenceText(model, l.Name)
+		}
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if err := write("re-projected "+l.Name+" nodes from their rows", text, map[string]any{"rows": rows}); err != nil {
-			return err
-		}
+		out = append(out, statement{"re-projected " + l.Name + " nodes from their rows", text, map[string]any{"rows": rows}})
 	}
-	for _, rt := range r.model.Relationships {
+	for _, rt := range model.Relationships {
 		rows := relRows[rt.Type]
 		if len(rows) == 0 {
 			continue
 		}
-		text, err := cypher.RepairRelText(r.model, rt.Type)
+		text, err := cypher.RepairRelText(model, rt.Type)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if err := write("re-projected "+rt.Type+" relationships from their rows", text, map[string]any{"rows": rows}); err != nil {
-			return err
-		}
+		out = append(out, statement{"re-projected " + rt.Type + " relationships from their rows", text, map[string]any{"rows": rows}})
 	}
-	return nil
+	return out, nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

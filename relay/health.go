@@ -63,6 +63,10 @@ var (
 	kvPassword  = regexp.MustCompile(`(?i)(password\s*[=:]\s*)\S+`)
 )
 
+// RedactText hides credentials in a driver's error text and bounds it, for
+// logs and reports outside this package.
+func RedactText(s string) string { return clip(redactLog(s), 2048) }
+
 // redactLog hides credentials in a text before it reaches a log or an
 // HTTP answer.
 func redactLog(s string) string {

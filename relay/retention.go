@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	gsql "graphsync/sql"
@@ -151,12 +152,40 @@ func ArchivePartitionsDrop(ctx context.Context, pool *pgxpool.Pool, cutoff time.
 		if month.AddDate(0, 1, 0).After(cutoff) {
 			continue
 		}
-		if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
+		if err := dropArchivePartition(ctx, pool, name); err != nil {
 			return dropped, fmt.Errorf("drop archive partition %s: %w", name, err)
 		}
 		dropped = append(dropped, name)
 	}
 	return dropped, nil
+}
+
+// dropArchivePartition drops one partition and, in the same transaction,
+// records per tenant how much history went with it (outbox_history_gaps), so
+// that a rebuild knows, not guesses, whether replay can be complete.
+func dropArchivePartition(ctx context.Context, pool *pgxpool.Pool, name string) error {
+	table := pgx.Identifier{name}.Sanitize()
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO outbox_history_gaps (partition_name, tenant_id, rows_dropped, oldest, newest)
+			SELECT $1, tenant_id, count(*), min(occurred_at), max(occurred_at)
+			FROM `+table+`
+			GROUP BY tenant_id
+			ON CONFLICT (partition_name, tenant_id) DO UPDATE
+			SET rows_dropped = outbox_history_gaps.rows_dropped + EXCLUDED.rows_dropped, dropped_at = now()`, name); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "DROP TABLE "+table)
+		return err
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return nil // another retention run dropped it first
+	}
+	return err
 }
 
 func archivePartitions(ctx context.Context, pool *pgxpool.Pool) (map[string]bool, error) {

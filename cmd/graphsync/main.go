@@ -11,6 +11,8 @@
 //	graphsync notify enable|disable
 //	graphsync context --tenant N "question"   tenant-safe GraphRAG context
 //	graphsync drift [--repair]   the boundary review: PostgreSQL against the graph
+//	graphsync rebuild [--tenant N] [--source auto|replay|snapshot]
+//	                             the graph from PostgreSQL, while sync runs
 //
 // Every flag has an environment variable (GRAPHSYNC_<FLAG>, upper-case,
 // dashes as underscores); a flag given on the command line wins.
@@ -42,6 +44,7 @@ var commands = map[string]command{
 	"notify":    {"notify enable|disable: the outbox NOTIFY trigger", runNotify},
 	"context":   {"print the graph context of a question for one tenant (GraphRAG retrieval)", runContext},
 	"drift":     {"compare PostgreSQL with the graph per tenant and label; --repair fixes what it finds", runDrift},
+	"rebuild":   {"rebuild the graph (or --tenant N) from PostgreSQL by replay or snapshot, while sync runs; resumable", runRebuild},
 }
 
 func main() {

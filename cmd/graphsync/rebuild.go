@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"go.uber.org/zap"
+	"golang.org/x/term"
+
+	"graphsync/projector"
+	"graphsync/rebuild"
+)
+
+// runRebuild is `graphsync rebuild`: the graph, or one tenant, from
+// PostgreSQL, while sync keeps running. Exit 0 when the final drift check
+// finds none, 1 when drift remains, 2 when the rebuild could not run or was
+// stopped (it resumes on the next run).
+func runRebuild(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("rebuild", flag.ContinueOnError)
+	var conn connFlags
+	conn.register(fs, true)
+	tenant := fs.Int64("tenant", 0, "rebuild one tenant only; every other tenant's nodes are left untouched")
+	sourceName := fs.String("source", "auto", "auto (replay when the history is complete, else snapshot), replay or snapshot")
+	chunk := fs.Int("chunk-size", 2000, "rows or events per chunk read, written and checkpointed")
+	progressMode := fs.String("progress", "auto", "auto (a bar on a terminal, else a log line every 5s), bar or log")
+	recheck := fs.Duration("recheck-after", 2*time.Second, "wait before the drift check's second look at differences")
+	if err := parseFlags(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return exitError{2, err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return exitError{2, fmt.Sprintf("unexpected arguments %v", fs.Args())}
+	}
+	source, err := rebuild.ParseSource(*sourceName)
+	if err != nil {
+		return exitError{2, err.Error()}
+	}
+	if *progressMode != "auto" && *progressMode != "bar" && *progressMode != "log" {
+		return exitError{2, fmt.Sprintf("unknown --progress %q: want auto, bar or log", *progressMode)}
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := rebuildScope(ctx, conn, rebuild.Config{TenantID: *tenant, Source: source, ChunkSize: *chunk, RecheckAfter: *recheck},
+		*progressMode == "bar" || (*progressMode == "auto" && term.IsTerminal(int(os.Stderr.Fd()))))
+	if err != nil {
+		if ctx.Err() != nil {
+			return exitError{2, "stopped; the checkpoint keeps what was done: run graphsync rebuild again with the same scope to resume"}
+		}
+		return exitError{2, oneLine(err.Error())}
+	}
+	if err := writeRebuildSummary(os.Stdout, *tenant, res); err != nil {
+		return exitError{2, fmt.Sprintf("write the summary: %v", err)}
+	}
+	if res.Report.DriftTotal > 0 {
+		return exitError{1, fmt.Sprintf("drift %d remains after the rebuild", res.Report.DriftTotal)}
+	}
+	return nil
+}
+
+func rebuildScope(ctx context.Context, conn connFlags, cfg rebuild.Config, bar bool) (*rebuild.Result, error) {
+	pool, err := conn.openPostgres(ctx, 6)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	driver, err := conn.openNeo4j(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	defer driver.Close(context.WithoutCancel(ctx))
+	log, err := conn.logger()
+	if err != nil {
+		return nil, err
+	}
+	sink, err := projector.New(driver, projector.Config{}, log.Named("projector"))
+	if err != nil {
+		return nil, err
+	}
+	cfg.Sink = sink
+	p := newRebuildProgress(bar, log.Named("rebuild"))
+	defer p.finish()
+	cfg.Progress = p.update
+	b, err := rebuild.New(pool, driver, cfg, log.Named("rebuild"))
+	if err != nil {
+		return nil, err
+	}
+	res, err := b.Run(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s", redactText(err.Error()))
+	}
+	return res, nil
+}
+
+// rebuildProgress shows where a rebuild stands: a progress bar
+// (schollz/progressbar) on a terminal, else a structured log line every 5s
+// with the same fields.
+type rebuildProgress struct {
+	bar     *progressbar.ProgressBar
+	phase   string
+	log     *zap.Logger
+	useBar  bool
+	started time.Time
+	first   int64
+	lastLog time.Time
+}
+
+func newRebuildProgress(useBar bool, log *zap.Logger) *rebuildProgress {
+	return &rebuildProgress{useBar: useBar, log: log}
+}
+
+func (p *rebuildProgress) update(pr rebuild.Progress) {
+	if pr.Phase != p.phase {
+		p.finish()
+		p.phase, p.started, p.first, p.lastLog = pr.Phase, time.Now(), pr.Done, time.Time{}
+		if p.useBar {
+			p.bar = progressbar.NewOptions64(pr.Total,
+				progressbar.OptionSetWriter(os.Stderr),
+				progressbar.OptionSetDescription(pr.Phase),
+				progressbar.OptionShowCount(),
+				progressbar.OptionShowIts(),
+				progressbar.OptionSetItsString("rows"),
+				progressbar.OptionSetPredictTime(true),
+				progressbar.OptionThrottle(200*time.Millisecond),
+				progressbar.OptionSetWidth(30),
+				progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }))
+		}
+	}
+	if p.bar != nil {
+		p.bar.ChangeMax64(max(pr.Total, 1))
+		_ = p.bar.Set64(pr.Done)
+		return
+	}
+	if !p.useBar && time.Since(p.lastLog) >= 5*time.Second {
+		p.lastLog = time.Now()
+		elapsed := time.Since(p.started).Seconds()
+		rate := 0.0
+		if elapsed > 0 {
+			rate = float64(pr.Done-p.first) / elapsed
+		}
+		eta := time.Duration(0)
+		if rate > 0 && pr.Total > pr.Done {
+			eta = time.Duration(float64(pr.Total-pr.Done) / rate * float64(time.Second)).Round(time.Second)
+		}
+		p.log.Info("rebuild progress", zap.String("phase", pr.Phase), zap.Int64("done", pr.Done), zap.Int64("total", pr.Total),
+			zap.Int64("chunks", pr.Chunks), zap.Float64("rate_per_second", float64(int64(rate*10))/10), zap.Duration("eta", eta),
+			zap.Bool("resumed", pr.Resumed))
+	}
+}
+
+func (p *rebuildProgress) finish() {
+	if p.bar != nil {
+		_ = p.bar.Finish()
+		p.bar = nil
+	}
+}
+
+func writeRebuildSummary(w io.Writer, tenant int64, res *rebuild.Result) error {
+	scope := "every tenant"
+	if tenant != 0 {
+		scope = fmt.Sprintf("tenant %d", tenant)
+	}
+	unit := "rows"
+	if res.Source == rebuild.SourceReplay {
+		unit = "events"
+	}
+	fmt.Fprintf(w, "# graphsync rebuild: %s\n\n", scope)
+	fmt.Fprintf(w, "- source: %s (%s)\n", res.Source, res.Why)
+	fmt.Fprintf(w, "- base: %d %s in %d chunks", res.Done, unit, res.Chunks)
+	if res.NotApplied > 0 {
+		fmt.Fprintf(w, "; %d events not applied (first: %s), re-projected from the rows by the sweep", res.NotApplied, res.FirstRejection)
+	}
+	fmt.Fprintln(w)
+	if len(res.Repaired) == 0 {
+		fmt.Fprintln(w, "- sweep: nothing to repair")
+	}
+	for _, r := range res.Repaired {
+		fmt.Fprintf(w, "- sweep: %s\n", r)
+	}
+	fmt.Fprintf(w, "- took: %s\n\n", res.Took.Round(time.Millisecond))
+	return res.Report.WriteMarkdown(w, 0)
+}
+

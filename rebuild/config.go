@@ -1,0 +1,102 @@
+package rebuild
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"graphsync/graphmodel"
+	"graphsync/relay"
+)
+
+// Source is where the base state comes from.
+type Source string
+
+// Sources of a rebuild.
+const (
+	// SourceAuto replays when the scope's history is complete, else takes
+	// a snapshot.
+	SourceAuto Source = "auto"
+	// SourceReplay re-applies the outbox history (archive and outbox).
+	SourceReplay Source = "replay"
+	// SourceSnapshot writes the row projection of the business tables.
+	SourceSnapshot Source = "snapshot"
+)
+
+// ParseSource reads a --source value.
+func ParseSource(s string) (Source, error) {
+	switch Source(s) {
+	case SourceAuto, SourceReplay, SourceSnapshot:
+		return Source(s), nil
+	}
+	return "", fmt.Errorf("unknown source %q: want auto, replay or snapshot", s)
+}
+
+// Config of a rebuild. The zero value of each field means its default.
+type Config struct {
+	// TenantID limits the rebuild to one tenant; every other tenant's
+	// nodes are left untouched. Default: 0, every tenant.
+	TenantID int64
+	// Source of the base state. Default: SourceAuto.
+	Source Source
+	// ChunkSize is how many rows (snapshot) or events (replay) one chunk
+	// reads and writes. Default: 2000.
+	ChunkSize int
+	// Sink applies replayed events: the projector sync uses. Required.
+	Sink relay.Sink
+	// RecheckAfter is the drift check's wait before its second look.
+	// Default: 2s.
+	RecheckAfter time.Duration
+	// Progress, when set, is called after every chunk and phase change.
+	Progress func(Progress)
+	// Database is the Neo4j database. Default: "" (the server's default).
+	Database string
+	// Model is the graph model. Default: graphmodel.Default.
+	Model *graphmodel.Model
+}
+
+func (c Config) withDefaults() Config {
+	if c.Source == "" {
+		c.Source = SourceAuto
+	}
+	if c.ChunkSize == 0 {
+		c.ChunkSize = 2000
+	}
+	if c.RecheckAfter == 0 {
+		c.RecheckAfter = 2 * time.Second
+	}
+	if c.Model == nil {
+		c.Model = &graphmodel.Default
+	}
+	if c.Progress == nil {
+		c.Progress = func(Progress) {}
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if _, err := ParseSource(string(c.Source)); err != nil {
+		errs = append(errs, err)
+	}
+	if c.TenantID < 0 {
+		errs = append(errs, fmt.Errorf("tenant must be a tenant id, got %d", c.TenantID))
+	}
+	if c.ChunkSize < 1 || c.ChunkSize > 100_000 {
+		errs = append(errs, fmt.Errorf("chunk size must be in 1..100000, got %d", c.ChunkSize))
+	}
+	if c.Sink == nil {
+		errs = append(errs, errors.New("no sink to replay events into"))
+	}
+	return errors.Join(errs...)
+}
+
+// Progress is where a rebuild stands.
+type Progress struct {
+	Phase  string // "replay", "snapshot", "sweep", "check"
+	Done   int64  // rows or events of the base phase done so far
+	Total  int64  // rows or events the base phase reads (counted at its start)
+	Chunks int64
+	// Resumed is set when the run continues a killed one.
+	Resumed bool
+}

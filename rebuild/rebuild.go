@@ -1,0 +1,261 @@
+package rebuild
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+	"go.uber.org/zap"
+
+	"graphsync/drift"
+	"graphsync/graphmodel"
+	"graphsync/projector"
+	gsql "graphsync/sql"
+)
+
+// ErrBusy is returned when another rebuild of an overlapping scope runs.
+var ErrBusy = errors.New("another rebuild of this scope is running")
+
+// Result is the outcome of a rebuild.
+type Result struct {
+	Source Source
+	// Why the source was chosen (auto) or what to know about it.
+	Why string
+	// Resumed is set when the run continued a killed one.
+	Resumed bool
+	// Done is how many rows (snapshot) or events (replay) the base phase
+	// read, chunks how many chunks it wrote, over all runs of this rebuild.
+	Done, Chunks int64
+	// NotApplied counts replayed events the projector rejected (the sweep
+	// re-projects their aggregates from the rows); FirstRejection says why
+	// the first was.
+	NotApplied     int64
+	FirstRejection string
+	// Repaired lists what the sweep changed.
+	Repaired []string
+	// Report is the final drift check of the scope.
+	Report *drift.Report
+	Took   time.Duration
+}
+
+// Rebuilder runs rebuilds.
+type Rebuilder struct {
+	pool    *pgxpool.Pool
+	driver  neo4j.DriverWithContext
+	cfg     Config
+	log     *zap.Logger
+	checker *drift.Checker
+}
+
+// New returns a Rebuilder, or an error naming the setting that is wrong.
+func New(pool *pgxpool.Pool, driver neo4j.DriverWithContext, cfg Config, log *zap.Logger) (*Rebuilder, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("rebuild config: %w", err)
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	checker, err := drift.New(pool, driver, drift.Config{TenantID: cfg.TenantID, RecheckAfter: cfg.RecheckAfter,
+		ChunkSize: cfg.ChunkSize, Database: cfg.Database, Model: cfg.Model}, log)
+	if err != nil {
+		return nil, err
+	}
+	return &Rebuilder{pool: pool, driver: driver, cfg: cfg, log: log, checker: checker}, nil
+}
+
+// Run rebuilds the scope: base, sweep, check. A rebuild of the same scope
+// that was killed is resumed from its checkpoint. Cancelling ctx stops after
+// the chunk in hand; the checkpoint keeps what was done.
+func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
+	start := time.Now()
+	tenants, err := b.tenants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := lockScope(ctx, b.pool, b.cfg.TenantID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	// An empty database gets its constraints and indexes back first.
+	if err := projector.EnsureModelSchema(ctx, b.driver, *b.cfg.Model, b.cfg.Database); err != nil {
+		return nil, fmt.Errorf("ensure the graph's constraints and indexes: %w", err)
+	}
+	cp, resumed, err := loadCheckpoint(ctx, b.pool, b.cfg.TenantID)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Resumed: resumed}
+	if resumed {
+		if b.cfg.Source != SourceAuto && b.cfg.Source != cp.source {
+			return nil, fmt.Errorf("an unfinished %s rebuild of this scope (started %s) would be resumed, but --source is %s: run with --source %s or auto to resume it",
+				cp.source, cp.startedAt.UTC().Format(time.RFC3339), b.cfg.Source, cp.source)
+		}
+		res.Source, res.Why = cp.source, fmt.Sprintf("resuming the %s rebuild started %s", cp.source, cp.startedAt.UTC().Format(time.RFC3339))
+	} else {
+		if res.Source, res.Why, err = b.chooseSource(ctx); err != nil {
+			return nil, err
+		}
+		if cp, err = startCheckpoint(ctx, b.pool, b.cfg.TenantID, res.Source); err != nil {
+			return nil, err
+		}
+	}
+	b.log.Info("rebuild", zap.String("source", string(res.Source)), zap.String("why", res.Why), zap.Int64("tenant", b.cfg.TenantID))
+	if cp.phase == phaseBase {
+		switch res.Source {
+		case SourceReplay:
+			err = b.replay(ctx, cp, res)
+		default:
+			err = b.snapshot(ctx, cp, tenants, res)
+		}
+		if err != nil {
+			return res, err
+		}
+		cp.phase = phaseSweep
+		if err := cp.store(ctx, b.pool); err != nil {
+			return res, err
+		}
+	}
+	res.Done, res.Chunks = cp.done, cp.chunks
+	b.cfg.Progress(Progress{Phase: "sweep", Done: cp.done, Total: cp.done, Chunks: cp.chunks, Resumed: resumed})
+	// The sweep: what the guards kept stale, and what no row backs. A
+	// capped check repairs the first MaxSuspects differences; go again.
+	for round := 0; round < 10; round++ {
+		report, err := b.checker.Run(ctx, true)
+		if err != nil {
+			return res, fmt.Errorf("sweep: %w", err)
+		}
+		res.Repaired = append(res.Repaired, report.Repaired...)
+		if report.SuspectsCapped == 0 {
+			break
+		}
+	}
+	b.cfg.Progress(Progress{Phase: "check", Done: cp.done, Total: cp.done, Chunks: cp.chunks, Resumed: resumed})
+	report, err := b.checker.Run(ctx, false)
+	if err != nil {
+		return res, fmt.Errorf("final drift check: %w", err)
+	}
+	res.Report = report
+	cp.phase = phaseDone
+	if err := cp.store(ctx, b.pool); err != nil {
+		return res, err
+	}
+	res.Took = time.Since(start)
+	return res, nil
+}
+
+func (b *Rebuilder) tenants(ctx context.Context) ([]int64, error) {
+	var filter *int64
+	if b.cfg.TenantID != 0 {
+		filter = &b.cfg.TenantID
+	}
+	rows, err := b.pool.Query(ctx, gsql.Query("DriftTenants"), filter)
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	tenants, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	if b.cfg.TenantID != 0 && len(tenants) == 0 {
+		return nil, fmt.Errorf("tenant %d: %w", b.cfg.TenantID, drift.ErrUnknownTenant)
+	}
+	return tenants, nil
+}
+
+// chooseSource decides auto from what retention recorded it dropped.
+func (b *Rebuilder) chooseSource(ctx context.Context) (Source, string, error) {
+	var filter *int64
+	if b.cfg.TenantID != 0 {
+		filter = &b.cfg.TenantID
+	}
+	var partitions, dropped int64
+	if err := b.pool.QueryRow(ctx, gsql.Query("RebuildHistoryGaps"), filter).Scan(&partitions, &dropped); err != nil {
+		return "", "", fmt.Errorf("read which history retention dropped: %w", err)
+	}
+	complete := partitions == 0
+	gap := fmt.Sprintf("retention dropped %d events of this scope with %d archive partitions", dropped, partitions)
+	switch {
+	case b.cfg.Source == SourceReplay && complete:
+		return SourceReplay, "replay requested; the history is complete", nil
+	case b.cfg.Source == SourceReplay:
+		return SourceReplay, "replay requested although " + gap + "; the sweep re-projects what that history held from the rows", nil
+	case b.cfg.Source == SourceSnapshot:
+		return SourceSnapshot, "snapshot requested", nil
+	case complete:
+		return SourceReplay, "the history is complete (retention dropped none of this scope's events)", nil
+	default:
+		return SourceSnapshot, "the history is incomplete: " + gap, nil
+	}
+}
+
+// snapshot writes the row projection of every tenant in scope, label by
+// label (reference labels before the aggregates that point at them), a
+// chunk at a time, from the checkpoint on.
+func (b *Rebuilder) snapshot(ctx context.Context, cp *checkpoint, tenants []int64, res *Result) error {
+	var filter *int64
+	if b.cfg.TenantID != 0 {
+		filter = &b.cfg.TenantID
+	}
+	var total int64
+	if err := b.pool.QueryRow(ctx, gsql.Query("RebuildSnapshotCount"), filter).Scan(&total); err != nil {
+		return fmt.Errorf("count the rows to read: %w", err)
+	}
+	var labels []string
+	for _, l := range b.cfg.Model.Labels {
+		if l.Role == graphmodel.RoleReference || l.Role == graphmodel.RoleAggregate {
+			labels = append(labels, l.Name)
+		}
+	}
+	b.cfg.Progress(Progress{Phase: "snapshot", Done: cp.done, Total: total, Chunks: cp.chunks, Resumed: res.Resumed})
+	for _, tenant := range tenants {
+		if tenant < cp.tenantID {
+			continue // done in a run before
+		}
+		for li, label := range labels {
+			after := int64(0)
+			if tenant == cp.tenantID {
+				if at := indexOf(labels, cp.label); at > li {
+					continue
+				} else if at == li {
+					after = cp.afterID
+				}
+			}
+			for {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				chunk, err := b.checker.ReprojectChunk(ctx, tenant, label, after, b.cfg.ChunkSize)
+				if err != nil {
+					return err
+				}
+				after = chunk.Last
+				cp.tenantID, cp.label, cp.afterID = tenant, label, after
+				cp.done += int64(chunk.Rows)
+				cp.chunks++
+				if err := cp.store(ctx, b.pool); err != nil {
+					return err
+				}
+				b.cfg.Progress(Progress{Phase: "snapshot", Done: cp.done, Total: max(total, cp.done), Chunks: cp.chunks, Resumed: res.Resumed})
+				if chunk.Rows < b.cfg.ChunkSize {
+					break
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func indexOf(labels []string, label string) int {
+	for i, l := range labels {
+		if l == label {
+			return i
+		}
+	}
+	return -1
+}

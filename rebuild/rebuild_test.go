@@ -1,0 +1,381 @@
+package rebuild
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+	"go.uber.org/zap/zaptest"
+
+	"graphsync/internal/teststack"
+	"graphsync/projector"
+	"graphsync/relay"
+	"graphsync/workload"
+)
+
+var (
+	schemaOnce sync.Once
+	schemaErr  error
+)
+
+func stack(t *testing.T) (*pgxpool.Pool, neo4j.DriverWithContext) {
+	t.Helper()
+	_, pool := teststack.FreshDatabase(t)
+	driver := teststack.Neo4j(t)
+	schemaOnce.Do(func() { schemaErr = projector.EnsureSchema(context.Background(), driver) })
+	if schemaErr != nil {
+		t.Fatal(schemaErr)
+	}
+	return pool, driver
+}
+
+// startSync runs one sync (relay + projector) in this process until the test
+// ends.
+func startSync(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, id string) {
+	t.Helper()
+	sink, err := projector.New(driver, projector.Config{}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := relay.New(pool, sink, relay.Config{ID: id, PollInterval: 50 * time.Millisecond, DependencyWait: 50 * time.Millisecond,
+		RetryStep: 50 * time.Millisecond, SinkBackoff: 50 * time.Millisecond}, zaptest.NewLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rel.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+func waitCaughtUp(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		flowing, err := relay.PendingFlowing(context.Background(), pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !flowing {
+			return
+		}
+		<-time.After(50 * time.Millisecond)
+	}
+	t.Fatal("sync did not catch up within 90s")
+}
+
+func writeWorkload(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, cfg workload.Config) []int64 {
+	t.Helper()
+	report, err := workload.Run(context.Background(), pool, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { teststack.CleanGraph(t, driver, report.TenantIDs...) })
+	return report.TenantIDs
+}
+
+func rebuildScope(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, cfg Config) *Result {
+	t.Helper()
+	sink, err := projector.New(driver, projector.Config{}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Sink = sink
+	if cfg.RecheckAfter == 0 {
+		cfg.RecheckAfter = 200 * time.Millisecond
+	}
+	b, err := New(pool, driver, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Run(context.Background())
+	if err != nil {
+		t.Fatalf("rebuild of tenant %d (%s): %v", cfg.TenantID, cfg.Source, err)
+	}
+	return res
+}
+
+func dump(t *testing.T, driver neo4j.DriverWithContext, tenant int64) projector.Dump {
+	t.Helper()
+	d, err := projector.DumpGraph(context.Background(), driver, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// full is a dump with what String leaves out: every node's guard
+// (version and outbox id) and the tombstones. Replay must give it exactly.
+func full(d projector.Dump) string {
+	var b strings.Builder
+	b.WriteString(d.String())
+	for _, n := range append(append([]projector.DumpNode(nil), d.Nodes...), d.Tombstones...) {
+		fmt.Fprintf(&b, "%s %d guard %d/%d\n", n.Label, n.ID, n.Sync.Version, n.Sync.OutboxID)
+	}
+	return b.String()
+}
+
+// withoutTombstones is a dump with every node's version but not its outbox
+// id, nor the tombstones: a snapshot has no history to know which products
+// were deleted, nor which event wrote a node last.
+func withoutTombstones(d projector.Dump) string {
+	var b strings.Builder
+	b.WriteString(d.String())
+	for _, n := range d.Nodes {
+		fmt.Fprintf(&b, "%s %d version %d\n", n.Label, n.ID, n.Sync.Version)
+	}
+	return b.String()
+}
+
+func requireNoDrift(t *testing.T, res *Result, what string) {
+	t.Helper()
+	if res.Report == nil || res.Report.DriftTotal != 0 {
+		var md strings.Builder
+		if res.Report != nil {
+			_ = res.Report.WriteMarkdown(&md, 0)
+		}
+		t.Fatalf("%s: drift remains:\n%s", what, md.String())
+	}
+}
+
+func exec(t *testing.T, driver neo4j.DriverWithContext, query string, params map[string]any) {
+	t.Helper()
+	if _, err := neo4j.ExecuteQuery(context.Background(), driver, query, params, neo4j.EagerResultTransformer); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, query string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// After sync, a rebuild of one tenant gives the canonical dump sync gave:
+// by replay into its emptied part of the graph (Neo4j lost it), by snapshot
+// (the same, tombstones aside: they need history), and by replay in place
+// over a node edited by hand (the sweep puts it right). The other tenant is
+// never touched, and no outbox row is delivered again.
+func TestRebuildEqualsTheSyncedGraph(t *testing.T) {
+	pool, driver := stack(t)
+	startSync(t, pool, driver, "sync-a")
+	tenants := writeWorkload(t, pool, driver, workload.Config{Seed: 11, Tenants: 2, Orders: 300, Writers: 3})
+	waitCaughtUp(t, pool)
+	target, other := tenants[0], tenants[1]
+	synced, otherSynced := dump(t, driver, target), dump(t, driver, other)
+	if len(synced.Nodes) == 0 || len(synced.Tombstones) == 0 {
+		t.Fatalf("the workload gave tenant %d no graph or no deleted product to rebuild:\n%s", target, synced)
+	}
+	processed := count(t, pool, `SELECT count(*) FROM outbox_messages WHERE processed_at IS NOT NULL`)
+
+	// Neo4j lost the tenant: replay brings it back (auto: history complete).
+	teststack.CleanGraph(t, driver, target)
+	res := rebuildScope(t, pool, driver, Config{TenantID: target})
+	if res.Source != SourceReplay || res.NotApplied != 0 {
+		t.Errorf("auto chose %s (%s), %d events not applied (%s); want replay, all applied", res.Source, res.Why, res.NotApplied, res.FirstRejection)
+	}
+	requireNoDrift(t, res, "replay into an empty graph")
+	if got := dump(t, driver, target); full(got) != full(synced) {
+		t.Errorf("replay: the rebuilt graph differs from the synced one\nsynced:\n%s\nrebuilt:\n%s", full(synced), full(got))
+	}
+
+	// The same from the rows.
+	teststack.CleanGraph(t, driver, target)
+	res = rebuildScope(t, pool, driver, Config{TenantID: target, Source: SourceSnapshot})
+	requireNoDrift(t, res, "snapshot into an empty graph")
+	if got := dump(t, driver, target); withoutTombstones(got) != withoutTombstones(synced) {
+		t.Errorf("snapshot: the rebuilt graph differs from the synced one\nsynced:\n%s\nrebuilt:\n%s", synced, got)
+	}
+	if res.Done == 0 || res.Chunks == 0 {
+		t.Errorf("snapshot read %d rows in %d chunks", res.Done, res.Chunks)
+	}
+
+	// In place: a property edited by hand keeps the node's version, so the
+	// guards keep it; the sweep re-projects it. A stray node goes.
+	exec(t, driver, `MATCH (p:Product {tenant_id: $t}) WITH p LIMIT 1 SET p.name = 'edited by hand'`, map[string]any{"t": target})
+	exec(t, driver, `CREATE (:Order {tenant_id: $t, id: 1, status: 'nobody wrote me'})`, map[string]any{"t": target})
+	res = rebuildScope(t, pool, driver, Config{TenantID: target, Source: SourceReplay})
+	requireNoDrift(t, res, "replay in place")
+	if len(res.Repaired) == 0 {
+		t.Error("the sweep reported no repair of the edited node and the stray one")
+	}
+	if got := dump(t, driver, target); withoutTombstones(got) != withoutTombstones(synced) {
+		t.Errorf("replay in place: the graph differs from the synced one\nsynced:\n%s\nrebuilt:\n%s", synced, got)
+	}
+
+	if got := dump(t, driver, other); full(got) != full(otherSynced) {
+		t.Errorf("tenant %d, not in scope, changed:\nbefore:\n%s\nafter:\n%s", other, otherSynced, got)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM outbox_messages WHERE processed_at IS NOT NULL`); n != processed {
+		t.Errorf("%d rows processed before the rebuilds, %d after: the rebuild touched the outbox", processed, n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL`); n != 0 {
+		t.Errorf("%d outbox rows pending after the rebuilds: sync would deliver them again", n)
+	}
+}
+
+// A rebuild of each source while two sync processes deliver a live
+// workload converges: once the workload is done and sync caught up, the
+// boundary review finds no drift.
+func TestRebuildUnderLiveLoadConverges(t *testing.T) {
+	pool, driver := stack(t)
+	startSync(t, pool, driver, "sync-a")
+	startSync(t, pool, driver, "sync-b")
+	done := make(chan []int64, 1)
+	go func() {
+		report, err := workload.Run(context.Background(), pool, workload.Config{Seed: 5, Tenants: 2, Orders: 5000, Writers: 3},
+			zaptest.NewLogger(t))
+		if err != nil {
+			t.Error(err)
+		}
+		done <- report.TenantIDs
+	}()
+	var tenants []int64
+	deadline := time.Now().Add(30 * time.Second)
+	for len(tenants) < 2 && time.Now().Before(deadline) {
+		rows, err := pool.Query(context.Background(), `SELECT id FROM tenants WHERE EXISTS (SELECT 1 FROM sales_orders o WHERE o.tenant_id = tenants.id) ORDER BY id`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tenants, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+			t.Fatal(err)
+		}
+		<-time.After(20 * time.Millisecond)
+	}
+	if len(tenants) < 2 {
+		t.Fatal("the workload made no two tenants with orders within 30s")
+	}
+	t.Cleanup(func() { teststack.CleanGraph(t, driver, tenants...) })
+	// Wipe one tenant while it is written: the snapshot brings it back.
+	teststack.CleanGraph(t, driver, tenants[0])
+	var under []*Result
+	for i, cfg := range []Config{
+		{TenantID: tenants[0], Source: SourceSnapshot, ChunkSize: 50},
+		{TenantID: tenants[1], Source: SourceReplay, ChunkSize: 100},
+	} {
+		under = append(under, rebuildScope(t, pool, driver, cfg))
+		select {
+		case ids := <-done:
+			done <- ids
+			if i == 0 {
+				t.Fatal("the workload was over before the first rebuild was: nothing ran under load")
+			}
+			t.Logf("the workload ended during rebuild %d", i+1)
+		default:
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(3 * time.Minute):
+		t.Fatal("the workload did not finish within 3 minutes")
+	}
+	for i, res := range under {
+		if res.Done == 0 {
+			t.Errorf("rebuild %d under load read nothing", i)
+		}
+	}
+	waitCaughtUp(t, pool)
+	for _, tenant := range tenants {
+		b, err := New(pool, driver, Config{TenantID: tenant, Sink: relay.SinkFunc(nil), RecheckAfter: 200 * time.Millisecond}, zaptest.NewLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		report, err := b.checker.Run(context.Background(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if report.DriftTotal != 0 {
+			var md strings.Builder
+			_ = report.WriteMarkdown(&md, 0)
+			t.Errorf("tenant %d after rebuild under load: drift %d\n%s", tenant, report.DriftTotal, md.String())
+		}
+	}
+}
+
+// After retention dropped the archive partition that held a tenant's
+// history, auto decides on a snapshot (it knows from outbox_history_gaps)
+// and brings the emptied graph back to drift 0.
+func TestAutoTakesASnapshotWhenRetentionDroppedHistory(t *testing.T) {
+	pool, driver := stack(t)
+	startSync(t, pool, driver, "sync-a")
+	tenants := writeWorkload(t, pool, driver, workload.Config{Seed: 13, Tenants: 1, Orders: 120, Writers: 2})
+	waitCaughtUp(t, pool)
+	synced := dump(t, driver, tenants[0])
+	ctx := context.Background()
+	report, err := relay.Retain(ctx, pool, relay.RetentionConfig{ArchiveAfter: time.Nanosecond})
+	if err != nil || report.Archived == 0 {
+		t.Fatalf("archive: %+v, %v", report, err)
+	}
+	dropped, err := relay.ArchivePartitionsDrop(ctx, pool, time.Now().AddDate(0, 2, 0))
+	if err != nil || len(dropped) == 0 {
+		t.Fatalf("drop partitions: %v, %v", dropped, err)
+	}
+	if n := count(t, pool, `SELECT coalesce(sum(rows_dropped), 0)::bigint FROM outbox_history_gaps WHERE tenant_id = $1`, tenants[0]); n == 0 {
+		t.Fatal("retention dropped the tenant's history but outbox_history_gaps does not say so")
+	}
+	teststack.CleanGraph(t, driver, tenants[0])
+	res := rebuildScope(t, pool, driver, Config{TenantID: tenants[0]})
+	if res.Source != SourceSnapshot || !strings.Contains(res.Why, "incomplete") {
+		t.Errorf("auto chose %s (%s); want snapshot, saying the history is incomplete", res.Source, res.Why)
+	}
+	requireNoDrift(t, res, "auto after dropped history")
+	if got := dump(t, driver, tenants[0]); withoutTombstones(got) != withoutTombstones(synced) {
+		t.Errorf("the rebuilt graph differs from the synced one\nsynced:\n%s\nrebuilt:\n%s", synced, got)
+	}
+}
+
+// Two rebuilds of overlapping scopes at once: the second is refused with
+// ErrBusy, whichever is the wider.
+func TestOverlappingRebuildsAreRefused(t *testing.T) {
+	pool, driver := stack(t)
+	tenants := writeWorkload(t, pool, driver, workload.Config{Seed: 17, Tenants: 2, Orders: 10, Writers: 1})
+	ctx := context.Background()
+	for _, held := range []struct {
+		scope int64
+		tries []int64
+	}{
+		{tenants[0], []int64{tenants[0], 0}},
+		{0, []int64{tenants[0], tenants[1]}},
+	} {
+		unlock, err := lockScope(ctx, pool, held.scope)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, scope := range held.tries {
+			b, err := New(pool, driver, Config{TenantID: scope, Sink: relay.SinkFunc(nil)}, zaptest.NewLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Run(ctx); !errors.Is(err, ErrBusy) {
+				t.Errorf("a rebuild of scope %d while scope %d runs: %v, want ErrBusy", scope, held.scope, err)
+			}
+		}
+		unlock()
+	}
+	// Disjoint tenants do not exclude each other.
+	unlock, err := lockScope(ctx, pool, tenants[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	other, err := lockScope(ctx, pool, tenants[1])
+	if err != nil {
+		t.Fatalf("a rebuild of tenant %d while tenant %d rebuilds: %v", tenants[1], tenants[0], err)
+	}
+	other()
+}

@@ -1,0 +1,122 @@
+package rebuild
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+	"go.uber.org/zap"
+
+	"graphsync/relay"
+	gsql "graphsync/sql"
+)
+
+// replay re-applies the scope's processed history through the sink, a chunk
+// at a time in (created_xid, id) order, from the checkpoint on. Rows still
+// pending are the running sync's and are passed over. An event the sink
+// rejects is counted; the sweep re-projects its aggregate from the rows.
+func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) error {
+	var filter *int64
+	if b.cfg.TenantID != 0 {
+		filter = &b.cfg.TenantID
+	}
+	var total int64
+	if err := b.pool.QueryRow(ctx, gsql.Query("RebuildReplayCount"), filter).Scan(&total); err != nil {
+		return fmt.Errorf("count the events to replay: %w", err)
+	}
+	b.cfg.Progress(Progress{Phase: "replay", Done: cp.done, Total: total, Chunks: cp.chunks, Resumed: res.Resumed})
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		batch, read, last, err := b.readHistory(ctx, cp.replayXID, cp.replayID, filter)
+		if err != nil {
+			return err
+		}
+		if read == 0 {
+			return nil
+		}
+		if len(batch) > 0 {
+			rejected, err := b.deliver(ctx, batch)
+			if err != nil {
+				return fmt.Errorf("replay events up to outbox id %d: %w", last.ID, err)
+			}
+			for _, m := range batch {
+				if reason, ok := rejected[m.ID]; ok {
+					res.NotApplied++
+					if res.FirstRejection == "" {
+						res.FirstRejection = relay.RedactText(fmt.Sprintf("outbox id %d: %v", m.ID, reason))
+					}
+				}
+			}
+		}
+		cp.replayXID, cp.replayID = last.XID, last.ID
+		cp.done += int64(read)
+		cp.chunks++
+		if err := cp.store(ctx, b.pool); err != nil {
+			return err
+		}
+		b.cfg.Progress(Progress{Phase: "replay", Done: cp.done, Total: max(total, cp.done), Chunks: cp.chunks, Resumed: res.Resumed})
+		if read < b.cfg.ChunkSize {
+			return nil
+		}
+	}
+}
+
+// deliver hands a chunk to the sink, again after a pause when the whole
+// chunk failed (Neo4j unavailable, a deadlock with live sync, a timeout):
+// the events are idempotent. A broken sink is not retried.
+func (b *Rebuilder) deliver(ctx context.Context, batch []relay.Message) (map[int64]error, error) {
+	wait := 200 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		rejected, err := b.cfg.Sink.Deliver(ctx, batch)
+		if err == nil || errors.Is(err, relay.ErrSinkBroken) || attempt == 6 {
+			return rejected, err
+		}
+		b.log.Warn("replay chunk failed; retrying", zap.Int("attempt", attempt), zap.Duration("wait", wait),
+			zap.String("error", relay.RedactText(err.Error())))
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+}
+
+// readHistory reads one chunk after (xid, id): the processed events to
+// apply, how many rows were read, and the position after the last.
+func (b *Rebuilder) readHistory(ctx context.Context, xid string, id int64, tenant *int64) ([]relay.Message, int, relay.Position, error) {
+	pos := relay.Position{XID: xid, ID: id}
+	rows, err := b.pool.Query(ctx, gsql.Query("RebuildReplayRead"), xid, id, b.cfg.ChunkSize, tenant)
+	if err != nil {
+		return nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
+	}
+	defer rows.Close()
+	var batch []relay.Message
+	read := 0
+	for rows.Next() {
+		var m relay.Message
+		var trace pgtype.Text
+		var occurred pgtype.Timestamptz
+		var processed bool
+		if err := rows.Scan(&m.ID, &m.TenantID, &m.AggregateType, &m.AggregateID, &m.EventType, &m.EventVersion,
+			&m.Payload, &occurred, &m.Attempts, &trace, &pos.XID, &processed); err != nil {
+			return nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
+		}
+		pos.ID = m.ID
+		read++
+		if !processed {
+			continue
+		}
+		m.TraceID = trace.String
+		m.OccurredAt = occurred.Time
+		batch = append(batch, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
+	}
+	return batch, read, pos, nil
+}
