@@ -189,4 +189,3 @@ func writeRebuildSummary(w io.Writer, tenant int64, res *rebuild.Result) error {
 	fmt.Fprintf(w, "- took: %s\n\n", res.Took.Round(time.Millisecond))
 	return res.Report.WriteMarkdown(w, 0)
 }
-
