@@ -114,16 +114,22 @@ func (c *Checker) ReprojectChunk(ctx context.Context, tenant int64, label string
 	return result, nil
 }
 
-// watermark returns the lowest outbox id an event committed after
-// snapshot can carry: one more than the highest id drawn before the
-// snapshot (lastDrawn), or lower, the lowest id written by a transaction
-// still running at the snapshot, once all of those have ended.
+// watermark returns the lowest outbox id an event whose business change
+// snapshot does not see can carry: one more than the highest id drawn
+// before the snapshot (lastDrawn), or lower, the lowest id written by a
+// transaction the snapshot does not see that started before a transaction
+// id assigned after it, once all of those have ended. A transaction that
+// starts later draws its ids after lastDrawn was read.
 func (c *Checker) watermark(ctx context.Context, snapshot string, lastDrawn int64) (int64, error) {
+	var after string
+	if err := c.pool.QueryRow(ctx, gsql.Query("RebuildXactID")).Scan(&after); err != nil {
+		return 0, fmt.Errorf("take a transaction id after the read: %w", err)
+	}
 	ticker := time.NewTicker(20 * time.Millisecond)
 	defer ticker.Stop()
 	for {
 		var ended bool
-		if err := c.pool.QueryRow(ctx, gsql.Query("RebuildSnapshotEnded"), snapshot).Scan(&ended); err != nil {
+		if err := c.pool.QueryRow(ctx, gsql.Query("RebuildXactsEnded"), after).Scan(&ended); err != nil {
 			return 0, fmt.Errorf("wait for the transactions running at the read: %w", err)
 		}
 		if ended {
@@ -136,7 +142,7 @@ func (c *Checker) watermark(ctx context.Context, snapshot string, lastDrawn int6
 		}
 	}
 	var inFlight int64
-	if err := c.pool.QueryRow(ctx, gsql.Query("RebuildLowestInFlight"), snapshot).Scan(&inFlight); err != nil {
+	if err := c.pool.QueryRow(ctx, gsql.Query("RebuildLowestInFlight"), snapshot, after, lastDrawn).Scan(&inFlight); err != nil {
 		return 0, fmt.Errorf("find events of the transactions running at the read: %w", err)
 	}
 	below := lastDrawn + 1

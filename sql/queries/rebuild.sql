@@ -10,25 +10,30 @@ SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('outbox_messages',
 -- The snapshot of the REPEATABLE READ transaction the rows are read in.
 SELECT pg_current_snapshot()::text;
 
--- name: RebuildSnapshotEnded
--- Have all transactions that were running when snapshot $1 was taken ended?
-SELECT pg_snapshot_xmin(pg_current_snapshot()) >= pg_snapshot_xmax($1::text::pg_snapshot);
+-- name: RebuildXactID
+-- A fresh transaction id, assigned after a snapshot was taken: every
+-- transaction that wrote before the snapshot has a lower one.
+SELECT pg_current_xact_id()::text;
+
+-- name: RebuildXactsEnded
+-- Have all transactions below xid $1 ended?
+SELECT pg_snapshot_xmin(pg_current_snapshot()) >= $1::text::xid8;
 
 -- name: RebuildLowestInFlight
--- The lowest outbox id written by a transaction that was running when
--- snapshot $1 was taken (0 when none): its event may be newer than the rows
--- read in that snapshot. Call once those transactions have ended.
+-- The lowest outbox id whose transaction snapshot $1 does not see and that
+-- was written before the read (0 when none): by a transaction below xid $2
+-- (assigned after the read; call once those have ended), or, whatever its
+-- xid, with an id drawn before the read ($3 was the highest). Its event may
+-- be newer than the rows read in that snapshot.
 SELECT coalesce(min(id), 0) FROM (
-  SELECT id, created_xid FROM outbox_messages
-  WHERE created_xid >= pg_snapshot_xmin($1::text::pg_snapshot) AND created_xid < pg_snapshot_xmax($1::text::pg_snapshot)
+  SELECT id, created_xid FROM outbox_messages WHERE created_xid >= pg_snapshot_xmin($1::text::pg_snapshot)
   UNION ALL
-  SELECT id, created_xid FROM outbox_messages_archive
-  WHERE created_xid >= pg_snapshot_xmin($1::text::pg_snapshot) AND created_xid < pg_snapshot_xmax($1::text::pg_snapshot)
+  SELECT id, created_xid FROM outbox_messages_archive WHERE created_xid >= pg_snapshot_xmin($1::text::pg_snapshot)
   UNION ALL
-  SELECT id, created_xid FROM outbox_messages_dlq
-  WHERE created_xid >= pg_snapshot_xmin($1::text::pg_snapshot) AND created_xid < pg_snapshot_xmax($1::text::pg_snapshot)
+  SELECT id, created_xid FROM outbox_messages_dlq WHERE created_xid >= pg_snapshot_xmin($1::text::pg_snapshot)
 ) r
-WHERE NOT pg_visible_in_snapshot(created_xid, $1::text::pg_snapshot);
+WHERE NOT pg_visible_in_snapshot(created_xid, $1::text::pg_snapshot)
+  AND (created_xid < $2::text::xid8 OR id <= $3);
 
 -- name: RebuildHistoryGaps
 -- History retention dropped, for one tenant ($1) or all (NULL).

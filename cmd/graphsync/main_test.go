@@ -1,0 +1,19 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// envRunMain makes the test binary run graphsync itself, with the arguments
+// in the variable (separated by \x1f): tests that must SIGKILL a command
+// start the test binary as a child this way.
+const envRunMain = "GRAPHSYNC_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if args, ok := os.LookupEnv(envRunMain); ok {
+		os.Exit(run(strings.Split(args, "\x1f")))
+	}
+	os.Exit(m.Run())
+}

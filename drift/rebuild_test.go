@@ -1,0 +1,119 @@
+package drift
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+	"go.uber.org/zap/zaptest"
+
+	"graphsync/cypher"
+	"graphsync/graphmodel"
+	gsql "graphsync/sql"
+)
+
+// The snapshot trap for reference nodes, which have no version: a category
+// renamed by a transaction that was running when its row was read (so the
+// read saw the old name) and whose event sync applied before the rebuild
+// wrote the read. The watermark is at most that event's outbox id, so the
+// stale read leaves the node alone; a node no such event wrote is written
+// and stamped below the watermark, so the event still applies after it.
+func TestSnapshotWatermarkKeepsNewerReferenceState(t *testing.T) {
+	pool, driver := stack(t)
+	ctx := context.Background()
+	var tenant int64
+	if err := pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('watermark') RETURNING id`).Scan(&tenant); err != nil {
+		t.Fatal(err)
+	}
+	cleanGraph(t, driver, []int64{tenant})
+	insertEvent := `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
+		VALUES ($1, 'Product', 1, 'ProductUpdated', '{}') RETURNING id`
+	// Events before the read, to make ids the watermark must not fall below.
+	for range 3 {
+		if _, err := pool.Exec(ctx, insertEvent, tenant); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lastDrawn int64
+	if err := pool.QueryRow(ctx, gsql.Query("RebuildOutboxLastID")).Scan(&lastDrawn); err != nil {
+		t.Fatal(err)
+	}
+	// The renaming transaction is running when the rows are read.
+	rename, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rename.Rollback(ctx) //nolint:errcheck // committed below
+	var renameEvent int64
+	if err := rename.QueryRow(ctx, insertEvent, tenant).Scan(&renameEvent); err != nil {
+		t.Fatal(err)
+	}
+	var snapshot string
+	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, gsql.Query("RebuildSnapshot")).Scan(&snapshot)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(pool, driver, Config{TenantID: tenant}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		below int64
+		err   error
+	}
+	got := make(chan result, 1)
+	go func() {
+		below, err := c.watermark(ctx, snapshot, lastDrawn)
+		got <- result{below, err}
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("the watermark did not wait for the transaction running at the read: %d, %v", r.below, r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := rename.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.below > renameEvent || r.below < 1 {
+		t.Fatalf("watermark %d: want at most the running transaction's event %d (ids drawn before the read end at %d)",
+			r.below, renameEvent, lastDrawn)
+	}
+
+	// Sync applied the rename (its outbox id on the node); another category
+	// was last written by an event older than the read.
+	cypherExec(t, driver, `CREATE (:Category {tenant_id: $t, id: 1, name: 'New', sync_version: 0, sync_outbox_id: $e}),
+		(:Category {tenant_id: $t, id: 2, name: 'Old', sync_version: 0, sync_outbox_id: 1})`,
+		map[string]any{"t": tenant, "e": renameEvent})
+	text, err := cypher.RebuildReferenceText(graphmodel.Default, graphmodel.LabelCategory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cypherExec(t, driver, text, map[string]any{"rows": []map[string]any{
+		{"tenant_id": tenant, "id": int64(1), "props": map[string]any{"name": "Old"}, "below": r.below},
+		{"tenant_id": tenant, "id": int64(2), "props": map[string]any{"name": "Renamed"}, "below": r.below},
+	}})
+	res, err := neo4j.ExecuteQuery(ctx, driver, `MATCH (c:Category {tenant_id: $t}) RETURN c.id AS id, c.name AS name, c.sync_outbox_id AS outbox ORDER BY id`,
+		map[string]any{"t": tenant}, neo4j.EagerResultTransformer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		name   string
+		outbox int64
+	}{{"New", renameEvent}, {"Renamed", r.below - 1}}
+	for i, rec := range res.Records {
+		name, _, _ := neo4j.GetRecordValue[string](rec, "name")
+		outbox, _, _ := neo4j.GetRecordValue[int64](rec, "outbox")
+		if i >= len(want) || name != want[i].name || outbox != want[i].outbox {
+			t.Errorf("category %d: name %q, sync_outbox_id %d; want %+v", i+1, name, outbox, want)
+		}
+	}
+}
