@@ -13,7 +13,7 @@ GO ?= go
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 ENV_FILE := .local/services.env
 
-.PHONY: build services-up services-down services-status test test-unit test-e2e demo bench bench-relay bench-context bench-drift vet clean
+.PHONY: build services-up services-down services-status test test-unit test-e2e demo bench bench-relay bench-context bench-drift bench-rebuild vet clean
 
 build:
 	$(GO) build -o bin/graphsync ./cmd/graphsync
@@ -66,12 +66,19 @@ bench-relay: services-up
 bench: services-up build
 	. $(ENV_FILE) && $(GO) run ./bench
 	$(MAKE) --no-print-directory bench-drift
+	$(MAKE) --no-print-directory bench-rebuild
 	$(MAKE) --no-print-directory bench-context
 
 # GraphRAG retrieval: p50/p99 of graphsync context on a 1M-node graph for 100
 # questions, beside the bare tenant-filtered fulltext query of the same run.
 bench-context: services-up
 	. $(ENV_FILE) && $(GO) test -run '^$$' -bench BenchmarkContext -benchtime 1x -timeout 60m ./retrieve -args -context-nodes=$${CONTEXT_NODES:-1000000}
+
+# graphsync rebuild at scale: snapshot and replay into an emptied graph on
+# 100k and 1M nodes against the same run's plain UNWIND ... MERGE ceiling,
+# peak RSS of the command.
+bench-rebuild: services-up
+	. $(ENV_FILE) && $(GO) test -run '^$$' -bench BenchmarkRebuild -benchtime 1x -timeout 120m ./rebuild -args -rebuild-nodes=$${REBUILD_NODES:-100000,1000000}
 
 # The boundary review at scale: graphsync drift on 100k and 1M nodes against
 # the time to read both sides once, with 100 planted differences, peak RSS.

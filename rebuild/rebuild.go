@@ -39,7 +39,8 @@ type Result struct {
 	Repaired []string
 	// Report is the final drift check of the scope.
 	Report *drift.Report
-	Took   time.Duration
+	// BaseTook is the base phase of this run, Took the whole run.
+	BaseTook, Took time.Duration
 }
 
 // Rebuilder runs rebuilds.
@@ -107,6 +108,7 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 	}
 	b.log.Info("rebuild", zap.String("source", string(res.Source)), zap.String("why", res.Why), zap.Int64("tenant", b.cfg.TenantID))
 	if cp.phase == phaseBase {
+		baseStart := time.Now()
 		switch res.Source {
 		case SourceReplay:
 			err = b.replay(ctx, cp, res)
@@ -116,6 +118,7 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 		if err != nil {
 			return res, err
 		}
+		res.BaseTook = time.Since(baseStart)
 		cp.phase = phaseSweep
 		if err := cp.store(ctx, b.pool); err != nil {
 			return res, err
@@ -125,9 +128,10 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 	b.cfg.Progress(Progress{Phase: "sweep", Done: cp.done, Total: cp.done, Chunks: cp.chunks, Resumed: resumed})
 	// The sweep: what the guards kept stale, and what no row backs. A
 	// capped check repairs the first MaxSuspects differences; go again.
+	// A sweep that found nothing to repair is the final check itself.
+	var report *drift.Report
 	for round := 0; round < 10; round++ {
-		report, err := b.checker.Run(ctx, true)
-		if err != nil {
+		if report, err = b.checker.Run(ctx, true); err != nil {
 			return res, fmt.Errorf("sweep: %w", err)
 		}
 		res.Repaired = append(res.Repaired, report.Repaired...)
@@ -135,10 +139,11 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 			break
 		}
 	}
-	b.cfg.Progress(Progress{Phase: "check", Done: cp.done, Total: cp.done, Chunks: cp.chunks, Resumed: resumed})
-	report, err := b.checker.Run(ctx, false)
-	if err != nil {
-		return res, fmt.Errorf("final drift check: %w", err)
+	if report.DriftTotal > 0 || report.SuspectsCapped > 0 || len(report.Repaired) > 0 {
+		b.cfg.Progress(Progress{Phase: "check", Done: cp.done, Total: cp.done, Chunks: cp.chunks, Resumed: resumed})
+		if report, err = b.checker.Run(ctx, false); err != nil {
+			return res, fmt.Errorf("final drift check: %w", err)
+		}
 	}
 	res.Report = report
 	cp.phase = phaseDone

@@ -150,7 +150,7 @@ func requireNoDrift(t *testing.T, res *Result, what string) {
 	}
 }
 
-func exec(t *testing.T, driver neo4j.DriverWithContext, query string, params map[string]any) {
+func cypherExec(t *testing.T, driver neo4j.DriverWithContext, query string, params map[string]any) {
 	t.Helper()
 	if _, err := neo4j.ExecuteQuery(context.Background(), driver, query, params, neo4j.EagerResultTransformer); err != nil {
 		t.Fatal(err)
@@ -207,8 +207,8 @@ func TestRebuildEqualsTheSyncedGraph(t *testing.T) {
 
 	// In place: a property edited by hand keeps the node's version, so the
 	// guards keep it; the sweep re-projects it. A stray node goes.
-	exec(t, driver, `MATCH (p:Product {tenant_id: $t}) WITH p LIMIT 1 SET p.name = 'edited by hand'`, map[string]any{"t": target})
-	exec(t, driver, `CREATE (:Order {tenant_id: $t, id: 1, status: 'nobody wrote me'})`, map[string]any{"t": target})
+	cypherExec(t, driver, `MATCH (p:Product {tenant_id: $t}) WITH p LIMIT 1 SET p.name = 'edited by hand'`, map[string]any{"t": target})
+	cypherExec(t, driver, `CREATE (:Order {tenant_id: $t, id: 1, status: 'nobody wrote me'})`, map[string]any{"t": target})
 	res = rebuildScope(t, pool, driver, Config{TenantID: target, Source: SourceReplay})
 	requireNoDrift(t, res, "replay in place")
 	if len(res.Repaired) == 0 {
