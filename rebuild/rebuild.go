@@ -193,7 +193,7 @@ func (b *Rebuilder) chooseSource(ctx context.Context) (Source, string, error) {
 	case b.cfg.Source == SourceSnapshot:
 		return SourceSnapshot, "snapshot requested", nil
 	case complete:
-		return SourceReplay, "the history is complete (retention dropped none of this scope's events)", nil
+		return SourceReplay, "the history is complete: retention dropped none of this scope's events", nil
 	default:
 		return SourceSnapshot, "the history is incomplete: " + gap, nil
 	}

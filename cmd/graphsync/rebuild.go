@@ -122,13 +122,23 @@ func (p *rebuildProgress) update(pr rebuild.Progress) {
 	if pr.Phase != p.phase {
 		p.finish()
 		p.phase, p.started, p.first, p.lastLog = pr.Phase, time.Now(), pr.Done, time.Time{}
+		if p.useBar && (pr.Phase == "sweep" || pr.Phase == "check") {
+			// One drift pass each: no count to show, only what runs.
+			fmt.Fprintf(os.Stderr, "%s: comparing PostgreSQL with the graph (drift check%s)\n", pr.Phase,
+				map[bool]string{true: " with repair", false: ""}[pr.Phase == "sweep"])
+			return
+		}
 		if p.useBar {
+			unit := "rows"
+			if pr.Phase == "replay" {
+				unit = "events"
+			}
 			p.bar = progressbar.NewOptions64(pr.Total,
 				progressbar.OptionSetWriter(os.Stderr),
 				progressbar.OptionSetDescription(pr.Phase),
 				progressbar.OptionShowCount(),
 				progressbar.OptionShowIts(),
-				progressbar.OptionSetItsString("rows"),
+				progressbar.OptionSetItsString(unit),
 				progressbar.OptionSetPredictTime(true),
 				progressbar.OptionThrottle(200*time.Millisecond),
 				progressbar.OptionSetWidth(30),
@@ -140,7 +150,7 @@ func (p *rebuildProgress) update(pr rebuild.Progress) {
 		_ = p.bar.Set64(pr.Done)
 		return
 	}
-	if !p.useBar && time.Since(p.lastLog) >= 5*time.Second {
+	if !p.useBar && (time.Since(p.lastLog) >= 5*time.Second || pr.Done == pr.Total) {
 		p.lastLog = time.Now()
 		elapsed := time.Since(p.started).Seconds()
 		rate := 0.0
