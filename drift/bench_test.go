@@ -4,11 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"graphsync/graphmodel"
+	"graphsync/internal/benchdata"
 	"graphsync/internal/teststack"
 	"graphsync/projector"
 )
@@ -32,18 +30,9 @@ var benchSizes = flag.String("drift-nodes", "100000,1000000", "BenchmarkDrift: g
 // drift, a drift check with 100 planted differences, and the peak RSS of
 // `graphsync drift` as a process. Run it with `make bench-drift`.
 func BenchmarkDrift(b *testing.B) {
-	binary := filepath.Join(b.TempDir(), "graphsync")
-	build := exec.Command("go", "build", "-o", binary, "./cmd/graphsync")
-	build.Dir = teststack.RepoRoot(b)
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("build graphsync: %v\n%s", err, out)
-	}
+	binary := benchdata.Binary(b)
 	var rss []string
-	for _, field := range strings.Split(*benchSizes, ",") {
-		size, err := strconv.Atoi(strings.TrimSpace(field))
-		if err != nil || size < 1000 {
-			b.Fatalf("-drift-nodes: %q is not a size of at least 1000", field)
-		}
+	for _, size := range benchdata.Sizes(b, "drift-nodes", *benchSizes) {
 		b.Run(fmt.Sprintf("nodes=%d", size), func(b *testing.B) {
 			rss = append(rss, benchDriftSize(b, binary, size))
 		})
@@ -58,15 +47,17 @@ func benchDriftSize(b *testing.B, binary string, size int) string {
 	if err := projector.EnsureSchema(ctx, driver); err != nil {
 		b.Fatal(err)
 	}
-	const tenants = 10
-	base := 1<<49 + rand.Int64N(1<<20)*100_000_000
-	tenantIDs := make([]int64, tenants)
-	for i := range tenantIDs {
-		tenantIDs[i] = base + int64(i)
-	}
-	b.Cleanup(func() { dropTenants(b, driver, tenantIDs) })
+	shape := benchdata.NewShape(size)
+	tenantIDs := shape.TenantIDs()
+	b.Cleanup(func() {
+		if err := benchdata.Wipe(context.Background(), driver, tenantIDs); err != nil {
+			b.Error(err)
+		}
+	})
 	start := time.Now()
-	fillTables(b, pool, base, tenants, size)
+	if err := benchdata.Fill(ctx, pool, shape, benchdata.Options{MixedStatuses: true}); err != nil {
+		b.Fatal(err)
+	}
 	b.Logf("%d nodes: tables filled in %s", size, time.Since(start).Round(time.Second))
 	start = time.Now()
 	buildGraph(b, pool, driver, tenantIDs)
@@ -137,49 +128,6 @@ func driftOf(r *Report, tenants []int64) int {
 		}
 	}
 	return n
-}
-
-// fillTables writes the business rows of about size nodes: per tenant 12
-// categories, and products, customers and orders (two lines each) in the
-// ratio 1:1:3.
-func fillTables(b *testing.B, pool *pgxpool.Pool, base int64, tenants, size int) {
-	per := size / tenants
-	products, customers := per/5, per/5
-	orders := per - products - customers - 13
-	B, T, P, C, O := base, int64(tenants), int64(products), int64(customers), int64(orders)
-	stmts := []struct {
-		sql  string
-		args []any
-	}{
-		{`INSERT INTO tenants (id, name) SELECT $1::bigint + t, 'bench ' || t FROM generate_series(0, $2::bigint - 1) t`, []any{B, T}},
-		{`INSERT INTO categories (id, tenant_id, name) SELECT $1::bigint + 1000 + t * 100 + c, $1::bigint + t, 'Category ' || c
-			FROM generate_series(0, $2::bigint - 1) t, generate_series(0, 11) c`, []any{B, T}},
-		{`INSERT INTO products (id, tenant_id, sku, name, description, category_id, price_cents, version)
-			SELECT $1::bigint + 10000000 + t * 1000000 + p, $1::bigint + t, 'SKU-' || p, 'Product ' || p, 'Built to last, number ' || p,
-			       $1::bigint + 1000 + t * 100 + p % 12, 100 + p, 1 + p % 3
-			FROM generate_series(0, $2::bigint - 1) t, generate_series(0, $3::bigint - 1) p`, []any{B, T, P}},
-		{`INSERT INTO customers (id, tenant_id, email, full_name, segment, country_code)
-			SELECT $1::bigint + 30000000 + t * 1000000 + c, $1::bigint + t, 'c' || c || '@example.com', 'Customer ' || c,
-			       (ARRAY['retail', 'business', 'vip'])[1 + c % 3], (ARRAY['DE', 'FR', 'US'])[1 + c % 3]
-			FROM generate_series(0, $2::bigint - 1) t, generate_series(0, $3::bigint - 1) c`, []any{B, T, C}},
-		{`INSERT INTO sales_orders (id, tenant_id, customer_id, status, total_cents, version, placed_at)
-			SELECT $1::bigint + 50000000 + t * 1000000 + o, $1::bigint + t, $1::bigint + 30000000 + t * 1000000 + o % $3::bigint,
-			       (ARRAY['placed', 'confirmed', 'cancelled'])[1 + o % 3], 1000 + o, 1 + o % 3, '2026-01-01'::timestamptz + o * interval '1 minute'
-			FROM generate_series(0, $2::bigint - 1) t, generate_series(0, $4::bigint - 1) o`, []any{B, T, C, O}},
-		{`UPDATE sales_orders SET confirmed_at = placed_at + interval '1 hour'
-			WHERE tenant_id >= $1::bigint AND tenant_id < $1::bigint + $2::bigint AND status = 'confirmed'`, []any{B, T}},
-		{`UPDATE sales_orders SET cancelled_at = placed_at + interval '2 hours'
-			WHERE tenant_id >= $1::bigint AND tenant_id < $1::bigint + $2::bigint AND status = 'cancelled'`, []any{B, T}},
-		{`INSERT INTO order_lines (tenant_id, order_id, line_no, product_id, quantity, unit_price_cents)
-			SELECT o.tenant_id, o.id, l, $1::bigint + 10000000 + (o.tenant_id - $1::bigint) * 1000000 + (o.id * 7 + l) % $3::bigint, 1 + l, 500
-			FROM sales_orders o, generate_series(1, 2) l WHERE o.tenant_id >= $1::bigint AND o.tenant_id < $1::bigint + $2::bigint`, []any{B, T, P}},
-		{`ANALYZE`, nil},
-	}
-	for _, stmt := range stmts {
-		if _, err := pool.Exec(context.Background(), stmt.sql, stmt.args...); err != nil {
-			b.Fatalf("fill tables: %v\n%s", err, stmt.sql)
-		}
-	}
 }
 
 // buildGraph writes the graph the rows imply, with the repair statements.
@@ -254,21 +202,4 @@ func readBothSides(b *testing.B, c *Checker, tenants []int64) int {
 		}
 	}
 	return n
-}
-
-func dropTenants(b *testing.B, driver neo4j.DriverWithContext, tenants []int64) {
-	ctx := context.Background()
-	session := driver.NewSession(ctx, neo4j.SessionConfig{})
-	defer session.Close(ctx)
-	for _, label := range []string{"Order", "Customer", "Product", "Category", "DeletedProduct", "Tenant"} {
-		result, err := session.Run(ctx, `UNWIND $tenants AS t MATCH (n:`+label+` {tenant_id: t})
-			CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 10000 ROWS`, map[string]any{"tenants": tenants})
-		if err == nil {
-			_, err = result.Consume(ctx)
-		}
-		if err != nil {
-			b.Errorf("drop the benchmark graph: %v", err)
-			return
-		}
-	}
 }

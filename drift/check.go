@@ -68,7 +68,7 @@ func (c *Checker) Run(ctx context.Context, repair bool) (*Report, error) {
 	if c.cfg.Sample >= 1 {
 		r.sample = sample{offset: 0, share: 1000}
 	}
-	tenants, err := c.tenants(ctx)
+	tenants, err := c.Tenants(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +112,9 @@ func (c *Checker) Run(ctx context.Context, repair bool) (*Report, error) {
 	return r.report, nil
 }
 
-func (c *Checker) tenants(ctx context.Context) ([]int64, error) {
+// Tenants lists the tenants in the checker's scope, in id order; an unknown
+// --tenant is ErrUnknownTenant.
+func (c *Checker) Tenants(ctx context.Context) ([]int64, error) {
 	var filter *int64
 	if c.cfg.TenantID != 0 {
 		filter = &c.cfg.TenantID

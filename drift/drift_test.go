@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,67 +11,18 @@ import (
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 	"go.uber.org/zap/zaptest"
 
+	"graphsync/internal/synctest"
 	"graphsync/internal/teststack"
-	"graphsync/projector"
-	"graphsync/relay"
 	"graphsync/workload"
 )
 
-var (
-	schemaOnce sync.Once
-	schemaErr  error
-)
+func stack(t *testing.T) (*pgxpool.Pool, neo4j.DriverWithContext) { return synctest.Stack(t) }
 
-func stack(t *testing.T) (*pgxpool.Pool, neo4j.DriverWithContext) {
-	t.Helper()
-	_, pool := teststack.FreshDatabase(t)
-	driver := teststack.Neo4j(t)
-	schemaOnce.Do(func() { schemaErr = projector.EnsureSchema(context.Background(), driver) })
-	if schemaErr != nil {
-		t.Fatal(schemaErr)
-	}
-	return pool, driver
-}
-
-// startSync runs one sync (relay + projector) in this process until the test
-// ends.
 func startSync(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, id string) {
-	t.Helper()
-	sink, err := projector.New(driver, projector.Config{}, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel, err := relay.New(pool, sink, relay.Config{ID: id, PollInterval: 50 * time.Millisecond, DependencyWait: 50 * time.Millisecond,
-		RetryStep: 50 * time.Millisecond, SinkBackoff: 50 * time.Millisecond}, zaptest.NewLogger(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- rel.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	synctest.StartSync(t, pool, driver, id)
 }
 
-func waitCaughtUp(t *testing.T, pool *pgxpool.Pool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		flowing, err := relay.PendingFlowing(context.Background(), pool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !flowing {
-			return
-		}
-		<-time.After(50 * time.Millisecond)
-	}
-	t.Fatal("sync did not catch up within 60s")
-}
+func waitCaughtUp(t *testing.T, pool *pgxpool.Pool) { synctest.WaitCaughtUp(t, pool, 60*time.Second) }
 
 func writeWorkload(t *testing.T, pool *pgxpool.Pool, cfg workload.Config) []int64 {
 	t.Helper()
@@ -308,22 +258,8 @@ func TestNoFalseDriftUnderLoad(t *testing.T) {
 	pool, driver := stack(t)
 	startSync(t, pool, driver, "sync-a")
 	startSync(t, pool, driver, "sync-b")
-	done := make(chan []int64, 1)
-	go func() {
-		report, err := workload.Run(context.Background(), pool, workload.Config{Seed: 3, Tenants: 2, Orders: 1500, Writers: 3},
-			zaptest.NewLogger(t))
-		if err != nil {
-			t.Error(err)
-		}
-		done <- report.TenantIDs
-	}()
 	// The tenants exist once the workload's set-up committed them.
-	var tenants []int64
-	deadline := time.Now().Add(30 * time.Second)
-	for len(tenants) < 2 && time.Now().Before(deadline) {
-		tenants = ids(t, pool, `SELECT id FROM tenants WHERE EXISTS (SELECT 1 FROM sales_orders o WHERE o.tenant_id = tenants.id) ORDER BY id`)
-		<-time.After(20 * time.Millisecond)
-	}
+	tenants, done := synctest.StartWorkload(t, pool, workload.Config{Seed: 3, Tenants: 2, Orders: 1500, Writers: 3})
 	cleanGraph(t, driver, tenants)
 	runs := 0
 	for loaded := true; loaded; runs++ {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 	"go.uber.org/zap"
@@ -62,7 +61,7 @@ func New(pool *pgxpool.Pool, driver neo4j.DriverWithContext, cfg Config, log *za
 		log = zap.NewNop()
 	}
 	checker, err := drift.New(pool, driver, drift.Config{TenantID: cfg.TenantID, RecheckAfter: cfg.RecheckAfter,
-		ChunkSize: cfg.ChunkSize, Database: cfg.Database, Model: cfg.Model}, log)
+		Database: cfg.Database, Model: cfg.Model}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +73,7 @@ func New(pool *pgxpool.Pool, driver neo4j.DriverWithContext, cfg Config, log *za
 // the chunk in hand; the checkpoint keeps what was done.
 func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 	start := time.Now()
-	tenants, err := b.tenants(ctx)
+	tenants, err := b.checker.Tenants(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -152,25 +151,6 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 	}
 	res.Took = time.Since(start)
 	return res, nil
-}
-
-func (b *Rebuilder) tenants(ctx context.Context) ([]int64, error) {
-	var filter *int64
-	if b.cfg.TenantID != 0 {
-		filter = &b.cfg.TenantID
-	}
-	rows, err := b.pool.Query(ctx, gsql.Query("DriftTenants"), filter)
-	if err != nil {
-		return nil, fmt.Errorf("list tenants: %w", err)
-	}
-	tenants, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("list tenants: %w", err)
-	}
-	if b.cfg.TenantID != 0 && len(tenants) == 0 {
-		return nil, fmt.Errorf("tenant %d: %w", b.cfg.TenantID, drift.ErrUnknownTenant)
-	}
-	return tenants, nil
 }
 
 // chooseSource decides auto from what retention recorded it dropped.

@@ -5,76 +5,27 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 	"go.uber.org/zap/zaptest"
 
+	"graphsync/internal/synctest"
 	"graphsync/internal/teststack"
 	"graphsync/projector"
 	"graphsync/relay"
 	"graphsync/workload"
 )
 
-var (
-	schemaOnce sync.Once
-	schemaErr  error
-)
+func stack(t *testing.T) (*pgxpool.Pool, neo4j.DriverWithContext) { return synctest.Stack(t) }
 
-func stack(t *testing.T) (*pgxpool.Pool, neo4j.DriverWithContext) {
-	t.Helper()
-	_, pool := teststack.FreshDatabase(t)
-	driver := teststack.Neo4j(t)
-	schemaOnce.Do(func() { schemaErr = projector.EnsureSchema(context.Background(), driver) })
-	if schemaErr != nil {
-		t.Fatal(schemaErr)
-	}
-	return pool, driver
-}
-
-// startSync runs one sync (relay + projector) in this process until the test
-// ends.
 func startSync(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, id string) {
-	t.Helper()
-	sink, err := projector.New(driver, projector.Config{}, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel, err := relay.New(pool, sink, relay.Config{ID: id, PollInterval: 50 * time.Millisecond, DependencyWait: 50 * time.Millisecond,
-		RetryStep: 50 * time.Millisecond, SinkBackoff: 50 * time.Millisecond}, zaptest.NewLogger(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- rel.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	synctest.StartSync(t, pool, driver, id)
 }
 
-func waitCaughtUp(t *testing.T, pool *pgxpool.Pool) {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
-		flowing, err := relay.PendingFlowing(context.Background(), pool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !flowing {
-			return
-		}
-		<-time.After(50 * time.Millisecond)
-	}
-	t.Fatal("sync did not catch up within 90s")
-}
+func waitCaughtUp(t *testing.T, pool *pgxpool.Pool) { synctest.WaitCaughtUp(t, pool, 90*time.Second) }
 
 func writeWorkload(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, cfg workload.Config) []int64 {
 	t.Helper()
@@ -168,8 +119,9 @@ func count(t *testing.T, pool *pgxpool.Pool, query string, args ...any) int64 {
 
 // After sync, a rebuild of one tenant gives the canonical dump sync gave:
 // by replay into its emptied part of the graph (Neo4j lost it), by snapshot
-// (the same, tombstones aside: they need history), and by replay in place
-// over a node edited by hand (the sweep puts it right). The other tenant is
+// (the same, tombstones aside: they need history), and by a snapshot in
+// place over a node edited by hand (the sweep puts it right) while a reader
+// never misses a node. The other tenant is
 // never touched, and no outbox row is delivered again.
 func TestRebuildEqualsTheSyncedGraph(t *testing.T) {
 	pool, driver := stack(t)
@@ -209,13 +161,44 @@ func TestRebuildEqualsTheSyncedGraph(t *testing.T) {
 	// guards keep it; the sweep re-projects it. A stray node goes.
 	cypherExec(t, driver, `MATCH (p:Product {tenant_id: $t}) WITH p LIMIT 1 SET p.name = 'edited by hand'`, map[string]any{"t": target})
 	cypherExec(t, driver, `CREATE (:Order {tenant_id: $t, id: 1, status: 'nobody wrote me'})`, map[string]any{"t": target})
-	res = rebuildScope(t, pool, driver, Config{TenantID: target, Source: SourceReplay})
-	requireNoDrift(t, res, "replay in place")
+	// A reader during the rebuild never misses an order (none is deleted).
+	orders := func() int64 {
+		res, err := neo4j.ExecuteQuery(context.Background(), driver, `MATCH (o:Order {tenant_id: $t}) RETURN count(o) AS n`,
+			map[string]any{"t": target}, neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Error(err)
+			return -1
+		}
+		n, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "n")
+		return n
+	}
+	before := orders()
+	stop, fewest := make(chan struct{}), make(chan int64, 1)
+	go func() {
+		low := before
+		for {
+			select {
+			case <-stop:
+				fewest <- low
+				return
+			default:
+			}
+			if n := orders(); n >= 0 && n < low {
+				low = n
+			}
+		}
+	}()
+	res = rebuildScope(t, pool, driver, Config{TenantID: target, Source: SourceSnapshot, ChunkSize: 20})
+	close(stop)
+	if low := <-fewest; low < before-1 {
+		t.Errorf("a reader saw %d orders during the rebuild, %d before (one stray order is swept)", low, before)
+	}
+	requireNoDrift(t, res, "snapshot in place")
 	if len(res.Repaired) == 0 {
 		t.Error("the sweep reported no repair of the edited node and the stray one")
 	}
 	if got := dump(t, driver, target); withoutTombstones(got) != withoutTombstones(synced) {
-		t.Errorf("replay in place: the graph differs from the synced one\nsynced:\n%s\nrebuilt:\n%s", synced, got)
+		t.Errorf("snapshot in place: the graph differs from the synced one\nsynced:\n%s\nrebuilt:\n%s", synced, got)
 	}
 
 	if got := dump(t, driver, other); full(got) != full(otherSynced) {
@@ -236,30 +219,7 @@ func TestRebuildUnderLiveLoadConverges(t *testing.T) {
 	pool, driver := stack(t)
 	startSync(t, pool, driver, "sync-a")
 	startSync(t, pool, driver, "sync-b")
-	done := make(chan []int64, 1)
-	go func() {
-		report, err := workload.Run(context.Background(), pool, workload.Config{Seed: 5, Tenants: 2, Orders: 8000, Writers: 3},
-			zaptest.NewLogger(t))
-		if err != nil {
-			t.Error(err)
-		}
-		done <- report.TenantIDs
-	}()
-	var tenants []int64
-	deadline := time.Now().Add(30 * time.Second)
-	for len(tenants) < 2 && time.Now().Before(deadline) {
-		rows, err := pool.Query(context.Background(), `SELECT id FROM tenants WHERE EXISTS (SELECT 1 FROM sales_orders o WHERE o.tenant_id = tenants.id) ORDER BY id`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if tenants, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
-			t.Fatal(err)
-		}
-		<-time.After(20 * time.Millisecond)
-	}
-	if len(tenants) < 2 {
-		t.Fatal("the workload made no two tenants with orders within 30s")
-	}
+	tenants, done := synctest.StartWorkload(t, pool, workload.Config{Seed: 5, Tenants: 2, Orders: 8000, Writers: 3})
 	t.Cleanup(func() { teststack.CleanGraph(t, driver, tenants...) })
 	// Wipe one tenant while it is written: the snapshot brings it back.
 	teststack.CleanGraph(t, driver, tenants[0])

@@ -90,7 +90,7 @@ func (b *Rebuilder) deliver(ctx context.Context, batch []relay.Message) (map[int
 // apply, how many rows were read, and the position after the last.
 func (b *Rebuilder) readHistory(ctx context.Context, xid string, id int64, tenant *int64) ([]relay.Message, int, relay.Position, error) {
 	pos := relay.Position{XID: xid, ID: id}
-	rows, err := b.pool.Query(ctx, gsql.Query("RebuildReplayRead"), xid, id, b.cfg.ChunkSize, tenant)
+	rows, err := b.pool.Query(ctx, gsql.Query("OffsetRead"), xid, id, b.cfg.ChunkSize, tenant)
 	if err != nil {
 		return nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
 	}

@@ -63,7 +63,7 @@ func (r *OffsetReader) Load(ctx context.Context) (Position, error) {
 
 // Read returns up to limit rows after from and the position after the last.
 func (r *OffsetReader) Read(ctx context.Context, from Position, limit int) ([]Message, Position, error) {
-	rows, err := r.pool.Query(ctx, gsql.Query("OffsetRead"), from.XID, from.ID, limit)
+	rows, err := r.pool.Query(ctx, gsql.Query("OffsetRead"), from.XID, from.ID, limit, nil)
 	if err != nil {
 		return nil, from, fmt.Errorf("read outbox from offset: %w", err)
 	}

@@ -219,11 +219,12 @@ SELECT
      WHERE processed_at IS NULL AND last_error IS NOT NULL) blocked);
 
 -- name: OffsetRead
--- Gap-free offset reader (relay/offsets.go). Only rows of transactions that
--- have all ended (created_xid below the oldest running xid) are read, so no
--- row can later appear behind the cursor. The archive is read too: a reader
--- more than a week behind must not lose what the retention job moved.
--- $1/$2 cursor, $3 limit.
+-- Gap-free offset reader (relay/offsets.go) and graphsync rebuild's replay.
+-- Only rows of transactions that have all ended (created_xid below the
+-- oldest running xid) are read, so no row can later appear behind the
+-- cursor. The archive is read too: a reader more than a week behind must not
+-- lose what the retention job moved. $1/$2 cursor, $3 limit, $4 one tenant
+-- or NULL for all.
 WITH horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin)
 SELECT id, tenant_id, aggregate_type, aggregate_id, event_type, event_version, payload,
        occurred_at, attempts, trace_id, created_xid::text, processed
@@ -232,6 +233,7 @@ FROM (
           occurred_at, attempts, trace_id, created_xid, processed_at IS NOT NULL AS processed
    FROM outbox_messages, horizon
    WHERE (created_xid, id) > ($1::text::xid8, $2::bigint) AND created_xid < horizon.xmin
+     AND ($4::bigint IS NULL OR tenant_id = $4)
    ORDER BY created_xid, id
    LIMIT $3)
   UNION ALL
@@ -239,6 +241,7 @@ FROM (
           occurred_at, attempts, trace_id, created_xid, true
    FROM outbox_messages_archive, horizon
    WHERE (created_xid, id) > ($1::text::xid8, $2::bigint) AND created_xid < horizon.xmin
+     AND ($4::bigint IS NULL OR tenant_id = $4)
    ORDER BY created_xid, id
    LIMIT $3)
 ) rows

@@ -46,34 +46,6 @@ WHERE $1::bigint IS NULL OR tenant_id = $1;
 SELECT (SELECT count(*) FROM outbox_messages WHERE processed_at IS NOT NULL AND ($1::bigint IS NULL OR tenant_id = $1))
      + (SELECT count(*) FROM outbox_messages_archive WHERE $1::bigint IS NULL OR tenant_id = $1);
 
--- name: RebuildReplayRead
--- The scope's processed history after position ($1 xid, $2 id), in
--- (created_xid, id) order, below the oldest running transaction, so no row
--- can appear behind the cursor (ADR 0002). Pending rows are the running
--- sync's; they are passed over, not waited for. $3 limit, $4 tenant or NULL.
-WITH horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin)
-SELECT id, tenant_id, aggregate_type, aggregate_id, event_type, event_version, payload,
-       occurred_at, attempts, trace_id, created_xid::text, processed
-FROM (
-  (SELECT id, tenant_id, aggregate_type, aggregate_id, event_type, event_version, payload,
-          occurred_at, attempts, trace_id, created_xid, processed_at IS NOT NULL AS processed
-   FROM outbox_messages, horizon
-   WHERE (created_xid, id) > ($1::text::xid8, $2::bigint) AND created_xid < horizon.xmin
-     AND ($4::bigint IS NULL OR tenant_id = $4)
-   ORDER BY created_xid, id
-   LIMIT $3)
-  UNION ALL
-  (SELECT id, tenant_id, aggregate_type, aggregate_id, event_type, event_version, payload,
-          occurred_at, attempts, trace_id, created_xid, true
-   FROM outbox_messages_archive, horizon
-   WHERE (created_xid, id) > ($1::text::xid8, $2::bigint) AND created_xid < horizon.xmin
-     AND ($4::bigint IS NULL OR tenant_id = $4)
-   ORDER BY created_xid, id
-   LIMIT $3)
-) rows
-ORDER BY created_xid, id
-LIMIT $3;
-
 -- name: RebuildSnapshotCount
 -- How many rows a snapshot of the scope ($1 tenant or NULL) reads.
 SELECT (SELECT count(*) FROM products WHERE $1::bigint IS NULL OR tenant_id = $1)
