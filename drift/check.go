@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -250,27 +251,53 @@ func (r *run) secondLook(ctx context.Context) error {
 }
 
 func (r *run) secondLookBatch(ctx context.Context, batch []suspect) error {
-	all := sample{offset: 0, share: 1000}
 	tenant := batch[0].tenant
 	isSpecial := func(s suspect) bool { return s.label == tombstoneLabel(r.model) || s.label == tenantLabel(r.model) }
-	readRow := func(s suspect) (*node, error) {
-		rows, err := rowsChunk(ctx, r.c.pool, r.model, s.label, s.tenant, s.id-1, 1, all)
-		if err != nil || len(rows) != 1 || rows[0].id != s.id {
-			return nil, err
+	// The batch's keys per label, read at once on each side.
+	keys := map[string][]int64{}
+	for _, s := range batch {
+		if !isSpecial(s) {
+			keys[s.label] = append(keys[s.label], s.id)
 		}
-		return &rows[0], nil
 	}
-	r1 := make([]*node, len(batch))
-	for i, s := range batch {
-		if isSpecial(s) {
-			continue
+	type key struct {
+		label string
+		id    int64
+	}
+	read := func(side func(label string, after int64, limit int, only sample) ([]node, error)) (map[key]*node, error) {
+		out := map[key]*node{}
+		for label, ids := range keys {
+			lowest := slices.Min(ids)
+			nodes, err := side(label, lowest-1, len(ids), sample{offset: 0, share: 1000, ids: ids})
+			if err != nil {
+				return nil, err
+			}
+			for i := range nodes {
+				out[key{label, nodes[i].id}] = &nodes[i]
+			}
 		}
-		var err error
-		if r1[i], err = readRow(s); err != nil {
-			return err
-		}
+		return out, nil
+	}
+	readRows := func() (map[key]*node, error) {
+		return read(func(label string, after int64, limit int, only sample) ([]node, error) {
+			return rowsChunk(ctx, r.c.pool, r.model, label, tenant, after, limit, only)
+		})
+	}
+	r1, err := readRows()
+	if err != nil {
+		return err
 	}
 	p1, err := loadPending(ctx, r.c.pool, tenant)
+	if err != nil {
+		return err
+	}
+	graph, err := read(func(label string, after int64, limit int, only sample) ([]node, error) {
+		return graphChunk(ctx, r.c.driver, r.c.cfg.Database, r.model, label, tenant, after, limit, only)
+	})
+	if err != nil {
+		return err
+	}
+	r2, err := readRows()
 	if err != nil {
 		return err
 	}
@@ -283,25 +310,15 @@ func (r *run) secondLookBatch(ctx context.Context, batch []suspect) error {
 			continue
 		}
 		label, _ := r.model.Label(s.label)
-		var got *node
-		nodes, err := graphChunk(ctx, r.c.driver, r.c.cfg.Database, r.model, s.label, s.tenant, s.id-1, 1, all)
-		if err != nil {
-			return err
-		}
-		if len(nodes) == 1 && nodes[0].id == s.id {
-			got = &nodes[0]
-		}
-		r2, err := readRow(s)
-		if err != nil {
-			return err
-		}
-		findings := compareNode(r.model, s.tenant, label, r2, got)
+		k := key{s.label, s.id}
+		first, got, second := r1[k], graph[k], r2[k]
+		findings := compareNode(r.model, s.tenant, label, second, got)
 		switch {
 		case len(findings) == 0:
-		case len(compareNode(r.model, s.tenant, label, r1[i], got)) == 0:
+		case len(compareNode(r.model, s.tenant, label, first, got)) == 0:
 			findings = nil // the graph holds R1's state: in step, R2 is on its way
-		case label.Role == graphmodel.RoleAggregate && r1[i] != nil && r2 != nil && got != nil &&
-			r1[i].version < got.version && got.version < r2.version:
+		case label.Role == graphmodel.RoleAggregate && first != nil && second != nil && got != nil &&
+			first.version < got.version && got.version < second.version:
 			findings = nil // a version between R1's and R2's: in step, mid-way
 		}
 		found[i] = findings

@@ -12,82 +12,109 @@ import (
 	gsql "graphsync/sql"
 )
 
-// ChunkResult is what one ReprojectChunk read and wrote.
-type ChunkResult struct {
+// Chunk is one chunk of rows read for ReprojectChunk's write.
+type Chunk struct {
+	Tenant int64
+	Label  string
 	// Rows is how many rows were read; fewer than the limit means the
 	// label of the tenant is done.
 	Rows int
 	// Last is the last key read: the next chunk starts after it.
+	Last int64
+
+	nodes     []node
+	snapshot  string
+	lastDrawn int64
+	reference bool
+}
+
+// ChunkResult is what one ReprojectChunk read and wrote.
+type ChunkResult struct {
+	Rows int
 	Last int64
 	// Applied counts the node and relationship writes Neo4j applied
 	// (writes the guards refused are not counted).
 	Applied int64
 }
 
-// ReprojectChunk is graphsync rebuild's snapshot step: it reads up to limit
-// rows of label of one tenant after key `after`, in key order, in one
-// REPEATABLE READ transaction, and writes their row projection into the
-// graph in one Neo4j transaction, under guards that never let the read
-// overwrite a newer state live sync applied meanwhile:
+// ReprojectChunk is graphsync rebuild's snapshot step: ReadChunk, then
+// WriteChunk.
+func (c *Checker) ReprojectChunk(ctx context.Context, tenant int64, label string, after int64, limit int) (ChunkResult, error) {
+	ch, err := c.ReadChunk(ctx, tenant, label, after, limit)
+	if err != nil {
+		return ChunkResult{}, err
+	}
+	applied, err := c.WriteChunk(ctx, ch)
+	return ChunkResult{Rows: ch.Rows, Last: ch.Last, Applied: applied}, err
+}
+
+// ReadChunk reads up to limit rows of label of one tenant after key `after`,
+// in key order, in one REPEATABLE READ transaction, through the row
+// projection. Chunks are independent: the next can be read while one is
+// written.
+func (c *Checker) ReadChunk(ctx context.Context, tenant int64, label string, after int64, limit int) (*Chunk, error) {
+	model := *c.cfg.Model
+	l, ok := model.Label(label)
+	if !ok || (l.Role != graphmodel.RoleAggregate && l.Role != graphmodel.RoleReference) {
+		return nil, fmt.Errorf("rebuild: %q is not an aggregate or reference label of the model", label)
+	}
+	ch := &Chunk{Tenant: tenant, Label: label, Last: after, reference: l.Role == graphmodel.RoleReference}
+	if ch.reference {
+		if err := c.pool.QueryRow(ctx, gsql.Query("RebuildOutboxLastID")).Scan(&ch.lastDrawn); err != nil {
+			return nil, fmt.Errorf("read the outbox id sequence: %w", err)
+		}
+	}
+	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, gsql.Query("RebuildSnapshot")).Scan(&ch.snapshot); err != nil {
+			return fmt.Errorf("open a snapshot: %w", err)
+		}
+		var err error
+		ch.nodes, err = rowsChunk(ctx, tx, model, label, tenant, after, limit, sample{offset: 0, share: 1000})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	ch.Rows = len(ch.nodes)
+	if ch.Rows > 0 {
+		ch.Last = ch.nodes[ch.Rows-1].id
+	}
+	return ch, nil
+}
+
+// WriteChunk writes a chunk's row projection into the graph in one Neo4j
+// transaction, under guards that never let the read overwrite a newer state
+// live sync applied meanwhile:
 //   - aggregates and the relationships they own: the row's version (a
 //     newer event carries a higher one);
 //   - reference nodes (no version of their own): an outbox-id watermark,
 //     the lowest id an event committed after the read can carry (see
-//     cypher.RebuildReferenceText). For that, the chunk waits until the
+//     cypher.RebuildReferenceText). For that, the write waits until the
 //     transactions running at the read have ended, as offset readers do.
 //
 // It deletes nothing: what no row backs is left to the sweep (Run with
 // repair). Reference rows nothing refers to are not written, as sync would
-// not write them either.
-func (c *Checker) ReprojectChunk(ctx context.Context, tenant int64, label string, after int64, limit int) (ChunkResult, error) {
-	model := *c.cfg.Model
-	l, ok := model.Label(label)
-	if !ok || (l.Role != graphmodel.RoleAggregate && l.Role != graphmodel.RoleReference) {
-		return ChunkResult{}, fmt.Errorf("rebuild: %q is not an aggregate or reference label of the model", label)
-	}
-	reference := l.Role == graphmodel.RoleReference
-	var lastDrawn int64
-	if reference {
-		if err := c.pool.QueryRow(ctx, gsql.Query("RebuildOutboxLastID")).Scan(&lastDrawn); err != nil {
-			return ChunkResult{}, fmt.Errorf("read the outbox id sequence: %w", err)
-		}
-	}
-	var snapshot string
-	var nodes []node
-	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, gsql.Query("RebuildSnapshot")).Scan(&snapshot); err != nil {
-			return fmt.Errorf("open a snapshot: %w", err)
-		}
-		var err error
-		nodes, err = rowsChunk(ctx, tx, model, label, tenant, after, limit, sample{offset: 0, share: 1000})
-		return err
-	})
-	if err != nil {
-		return ChunkResult{}, err
-	}
-	result := ChunkResult{Rows: len(nodes), Last: after}
-	if len(nodes) == 0 {
-		return result, nil
-	}
-	result.Last = nodes[len(nodes)-1].id
-	below := int64(1)
-	write := make([]*node, 0, len(nodes))
-	for i := range nodes {
-		if nodes[i].required {
-			write = append(write, &nodes[i])
-		}
-	}
-	if reference && len(write) > 0 {
-		if below, err = c.watermark(ctx, snapshot, lastDrawn); err != nil {
-			return result, err
+// not write them either. It returns the writes Neo4j applied.
+func (c *Checker) WriteChunk(ctx context.Context, ch *Chunk) (int64, error) {
+	write := make([]*node, 0, len(ch.nodes))
+	for i := range ch.nodes {
+		if ch.nodes[i].required {
+			write = append(write, &ch.nodes[i])
 		}
 	}
 	if len(write) == 0 {
-		return result, nil
+		return 0, nil
 	}
-	stmts, err := projectionStatements(model, write, below)
+	below := int64(1)
+	if ch.reference {
+		var err error
+		if below, err = c.watermark(ctx, ch.snapshot, ch.lastDrawn); err != nil {
+			return 0, err
+		}
+	}
+	stmts, err := projectionStatements(*c.cfg.Model, write, below)
 	if err != nil {
-		return result, err
+		return 0, err
 	}
 	session := c.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite, DatabaseName: c.cfg.Database})
 	defer session.Close(context.WithoutCancel(ctx))
@@ -108,10 +135,9 @@ func (c *Checker) ReprojectChunk(ctx context.Context, tenant int64, label string
 		return n, nil
 	})
 	if err != nil {
-		return result, fmt.Errorf("rebuild: write %s rows of tenant %d after id %d: %w", label, tenant, after, err)
+		return 0, fmt.Errorf("rebuild: write %s rows of tenant %d up to id %d: %w", ch.Label, ch.Tenant, ch.Last, err)
 	}
-	result.Applied = applied
-	return result, nil
+	return applied, nil
 }
 
 // watermark returns the lowest outbox id an event whose business change

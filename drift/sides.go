@@ -79,8 +79,12 @@ var chunkQuery = map[string]string{
 
 // sample is the share of keys both sides read: ((id % 1000003) * 7919 +
 // offset) % 1000 < share, the same on both sides and spread over
-// consecutive ids (a plain id % 1000 would keep or drop whole runs).
-type sample struct{ offset, share int64 }
+// consecutive ids (a plain id % 1000 would keep or drop whole runs). ids,
+// when set, keeps only those keys.
+type sample struct {
+	offset, share int64
+	ids           []int64
+}
 
 // rowsChunk reads up to limit rows of label after id `after`, in id order,
 // and projects them.
@@ -89,7 +93,7 @@ func rowsChunk(ctx context.Context, q pgxQuerier, model graphmodel.Model, label 
 	if !ok {
 		return nil, fmt.Errorf("no row reader for label %s", label)
 	}
-	rows, err := q.Query(ctx, gsql.Query(name), tenant, after, limit, s.offset, s.share)
+	rows, err := q.Query(ctx, gsql.Query(name), tenant, after, limit, s.offset, s.share, s.ids)
 	if err != nil {
 		return nil, fmt.Errorf("read %s rows of tenant %d: %w", label, tenant, err)
 	}
@@ -250,6 +254,7 @@ func graphChunkQuery(model graphmodel.Model, label string) string {
 	}
 	return fmt.Sprintf(`MATCH (n:%s)
 WHERE n.tenant_id = $tenant AND n.id > $after AND ((n.id %% 1000003) * 7919 + $offset) %% 1000 < $share
+  AND ($ids IS NULL OR n.id IN $ids)
 WITH n ORDER BY n.id LIMIT $limit
 RETURN n.id AS id, properties(n) AS props, %s AS outs, %s AS ins`,
 		label, relList(outs, "(n)-[r]->(m)"), relList(ins, "(m)-[r]->(n)"))
@@ -266,8 +271,11 @@ func quoteList(names []string) string {
 // graphChunk reads one chunk of a label's nodes.
 func graphChunk(ctx context.Context, driver neo4j.DriverWithContext, database string, model graphmodel.Model, label string,
 	tenant, after int64, limit int, s sample) ([]node, error) {
-	res, err := neo4j.ExecuteQuery(ctx, driver, graphChunkQuery(model, label), map[string]any{
-		"tenant": tenant, "after": after, "limit": int64(limit), "offset": s.offset, "share": s.share},
+	params := map[string]any{"tenant": tenant, "after": after, "limit": int64(limit), "offset": s.offset, "share": s.share, "ids": nil}
+	if s.ids != nil {
+		params["ids"] = s.ids // a nil slice would go as an empty list, not null
+	}
+	res, err := neo4j.ExecuteQuery(ctx, driver, graphChunkQuery(model, label), params,
 		neo4j.EagerResultTransformer, neo4j.ExecuteQueryWithDatabase(database), neo4j.ExecuteQueryWithReadersRouting())
 	if err != nil {
 		return nil, fmt.Errorf("read %s nodes of tenant %d: %w", label, tenant, err)

@@ -40,7 +40,7 @@ type Config struct {
 	// Source of the base state. Default: SourceAuto.
 	Source Source
 	// ChunkSize is how many rows (snapshot) or events (replay) one chunk
-	// reads and writes. Default: 2000.
+	// reads and writes. Default: 5000.
 	ChunkSize int
 	// Sink applies replayed events: the projector sync uses. Required.
 	Sink relay.Sink
@@ -60,7 +60,7 @@ func (c Config) withDefaults() Config {
 		c.Source = SourceAuto
 	}
 	if c.ChunkSize == 0 {
-		c.ChunkSize = 2000
+		c.ChunkSize = 5000
 	}
 	if c.RecheckAfter == 0 {
 		c.RecheckAfter = 2 * time.Second

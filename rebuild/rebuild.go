@@ -198,42 +198,70 @@ func (b *Rebuilder) snapshot(ctx context.Context, cp *checkpoint, tenants []int6
 		}
 	}
 	b.cfg.Progress(Progress{Phase: "snapshot", Done: cp.done, Total: total, Chunks: cp.chunks, Resumed: res.Resumed})
-	for _, tenant := range tenants {
-		if tenant < cp.tenantID {
-			continue // done in a run before
-		}
-		for li, label := range labels {
-			after := int64(0)
-			if tenant == cp.tenantID {
-				if at := indexOf(labels, cp.label); at > li {
-					continue
-				} else if at == li {
-					after = cp.afterID
-				}
-			}
-			for {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				chunk, err := b.checker.ReprojectChunk(ctx, tenant, label, after, b.cfg.ChunkSize)
-				if err != nil {
-					return err
-				}
-				after = chunk.Last
-				cp.tenantID, cp.label, cp.afterID = tenant, label, after
-				cp.done += int64(chunk.Rows)
-				cp.chunks++
-				if err := cp.store(ctx, b.pool); err != nil {
-					return err
-				}
-				b.cfg.Progress(Progress{Phase: "snapshot", Done: cp.done, Total: max(total, cp.done), Chunks: cp.chunks, Resumed: res.Resumed})
-				if chunk.Rows < b.cfg.ChunkSize {
-					break
-				}
-			}
-		}
+	// The next chunk is read while this one is written; the position is
+	// stored only after a chunk was written.
+	type read struct {
+		chunk *drift.Chunk
+		err   error
 	}
-	return nil
+	chunks := make(chan read, 1)
+	readCtx, stopReading := context.WithCancel(ctx)
+	readerDone := make(chan struct{})
+	defer func() { stopReading(); <-readerDone }()
+	start := *cp
+	go func() {
+		defer close(readerDone)
+		defer close(chunks)
+		for _, tenant := range tenants {
+			if tenant < start.tenantID {
+				continue // done in a run before
+			}
+			for li, label := range labels {
+				after := int64(0)
+				if tenant == start.tenantID {
+					if at := indexOf(labels, start.label); at > li {
+						continue
+					} else if at == li {
+						after = start.afterID
+					}
+				}
+				for {
+					chunk, err := b.checker.ReadChunk(readCtx, tenant, label, after, b.cfg.ChunkSize)
+					select {
+					case chunks <- read{chunk, err}:
+					case <-readCtx.Done():
+						return
+					}
+					if err != nil {
+						return
+					}
+					if chunk.Rows < b.cfg.ChunkSize {
+						break
+					}
+					after = chunk.Last
+				}
+			}
+		}
+	}()
+	for r := range chunks {
+		if r.err != nil {
+			return r.err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if _, err := b.checker.WriteChunk(ctx, r.chunk); err != nil {
+			return err
+		}
+		cp.tenantID, cp.label, cp.afterID = r.chunk.Tenant, r.chunk.Label, r.chunk.Last
+		cp.done += int64(r.chunk.Rows)
+		cp.chunks++
+		if err := cp.store(ctx, b.pool); err != nil {
+			return err
+		}
+		b.cfg.Progress(Progress{Phase: "snapshot", Done: cp.done, Total: max(total, cp.done), Chunks: cp.chunks, Resumed: res.Resumed})
+	}
+	return ctx.Err()
 }
 
 func indexOf(labels []string, label string) int {

@@ -27,23 +27,46 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 		return fmt.Errorf("count the events to replay: %w", err)
 	}
 	b.cfg.Progress(Progress{Phase: "replay", Done: cp.done, Total: total, Chunks: cp.chunks, Resumed: res.Resumed})
-	for {
+	// The next chunk is read while the sink applies this one; positions are
+	// stored only after a chunk was applied.
+	chunks := make(chan historyChunk, 1)
+	readCtx, stopReading := context.WithCancel(ctx)
+	readerDone := make(chan struct{})
+	defer func() { stopReading(); <-readerDone }()
+	go func() {
+		defer close(readerDone)
+		defer close(chunks)
+		xid, id := cp.replayXID, cp.replayID
+		for {
+			var c historyChunk
+			c.batch, c.read, c.last, c.err = b.readHistory(readCtx, xid, id, filter)
+			select {
+			case chunks <- c:
+			case <-readCtx.Done():
+				return
+			}
+			if c.err != nil || c.read < b.cfg.ChunkSize {
+				return
+			}
+			xid, id = c.last.XID, c.last.ID
+		}
+	}()
+	for c := range chunks {
+		if c.err != nil {
+			return c.err
+		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		batch, read, last, err := b.readHistory(ctx, cp.replayXID, cp.replayID, filter)
-		if err != nil {
-			return err
-		}
-		if read == 0 {
+		if c.read == 0 {
 			return nil
 		}
-		if len(batch) > 0 {
-			rejected, err := b.deliver(ctx, batch)
+		if len(c.batch) > 0 {
+			rejected, err := b.deliver(ctx, c.batch)
 			if err != nil {
-				return fmt.Errorf("replay events up to outbox id %d: %w", last.ID, err)
+				return fmt.Errorf("replay events up to outbox id %d: %w", c.last.ID, err)
 			}
-			for _, m := range batch {
+			for _, m := range c.batch {
 				if reason, ok := rejected[m.ID]; ok {
 					res.NotApplied++
 					if res.FirstRejection == "" {
@@ -52,17 +75,24 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 				}
 			}
 		}
-		cp.replayXID, cp.replayID = last.XID, last.ID
-		cp.done += int64(read)
+		cp.replayXID, cp.replayID = c.last.XID, c.last.ID
+		cp.done += int64(c.read)
 		cp.chunks++
 		if err := cp.store(ctx, b.pool); err != nil {
 			return err
 		}
 		b.cfg.Progress(Progress{Phase: "replay", Done: cp.done, Total: max(total, cp.done), Chunks: cp.chunks, Resumed: res.Resumed})
-		if read < b.cfg.ChunkSize {
-			return nil
-		}
 	}
+	return ctx.Err()
+}
+
+// historyChunk is one read of the history: the processed events, how many
+// rows were read, the position after the last.
+type historyChunk struct {
+	batch []relay.Message
+	read  int
+	last  relay.Position
+	err   error
 }
 
 // deliver hands a chunk to the sink, again after a pause when the whole

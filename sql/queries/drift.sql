@@ -3,7 +3,8 @@
 -- snapshot opened by the caller. $1 tenant, $2 last id of the previous
 -- chunk, $3 chunk size, $4 sample offset, $5 sample share in 1/1000 of
 -- ((id % 1000003) * 7919 + $4) % 1000, which spreads consecutive ids
--- (1000: every key).
+-- (1000: every key), $6 only these ids (NULL: every id; the second look
+-- reads its suspects of a label at once).
 
 -- name: DriftTenants
 SELECT id FROM tenants WHERE ($1::bigint IS NULL OR id = $1) ORDER BY id;
@@ -14,6 +15,7 @@ SELECT p.id, p.version, p.sku, p.name, p.description, p.category_id, coalesce(c.
 FROM products p
 LEFT JOIN categories c ON c.tenant_id = p.tenant_id AND c.id = p.category_id
 WHERE p.tenant_id = $1 AND p.id > $2 AND ((p.id % 1000003) * 7919 + $4) % 1000 < $5
+  AND ($6::bigint[] IS NULL OR p.id = ANY($6::bigint[]))
 ORDER BY p.id
 LIMIT $3;
 
@@ -29,6 +31,7 @@ LEFT JOIN LATERAL (
   FROM order_lines
   WHERE tenant_id = o.tenant_id AND order_id = o.id) l ON true
 WHERE o.tenant_id = $1 AND o.id > $2 AND ((o.id % 1000003) * 7919 + $4) % 1000 < $5
+  AND ($6::bigint[] IS NULL OR o.id = ANY($6::bigint[]))
 ORDER BY o.id
 LIMIT $3;
 
@@ -38,6 +41,7 @@ SELECT c.id, c.name,
        EXISTS (SELECT 1 FROM products p WHERE p.tenant_id = c.tenant_id AND p.category_id = c.id) AS referenced
 FROM categories c
 WHERE c.tenant_id = $1 AND c.id > $2 AND ((c.id % 1000003) * 7919 + $4) % 1000 < $5
+  AND ($6::bigint[] IS NULL OR c.id = ANY($6::bigint[]))
 ORDER BY c.id
 LIMIT $3;
 
@@ -47,6 +51,7 @@ SELECT cu.id, cu.segment, coalesce(cu.country_code, ''),
        EXISTS (SELECT 1 FROM sales_orders o WHERE o.tenant_id = cu.tenant_id AND o.customer_id = cu.id) AS referenced
 FROM customers cu
 WHERE cu.tenant_id = $1 AND cu.id > $2 AND ((cu.id % 1000003) * 7919 + $4) % 1000 < $5
+  AND ($6::bigint[] IS NULL OR cu.id = ANY($6::bigint[]))
 ORDER BY cu.id
 LIMIT $3;
 
