@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -110,12 +109,12 @@ func benchDriftSize(b *testing.B, binary string, size int) string {
 	// Peak RSS of the command as a user runs it.
 	cmd := exec.Command(binary, "drift", "--format", "json", "--out", os.DevNull, "--recheck-after", "1ms", "--log-level", "error")
 	cmd.Env = append(os.Environ(), "GRAPHSYNC_PG_URL="+pgURL, "GRAPHSYNC_NEO4J_URI="+teststack.Neo4jURI(b))
-	if out, err := cmd.CombinedOutput(); err != nil && cmd.ProcessState.ExitCode() != 1 {
+	peak, out, err := benchdata.PeakRSS(cmd)
+	if err != nil && cmd.ProcessState.ExitCode() != 1 {
 		b.Fatalf("graphsync drift: %v\n%s", err, out)
 	}
-	maxRSS := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss // KiB on Linux
-	b.ReportMetric(float64(maxRSS)/1024, "peak-rss-MiB")
-	return fmt.Sprintf("%d nodes %.1f MiB", size, float64(maxRSS)/1024)
+	b.ReportMetric(peak, "peak-rss-MiB")
+	return fmt.Sprintf("%d nodes %.1f MiB", size, peak)
 }
 
 func driftOf(r *Report, tenants []int64) int {

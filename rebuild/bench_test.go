@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -126,12 +125,12 @@ func benchRebuildSize(b *testing.B, binary string, size int) string {
 	wipe(b, driver, tenants)
 	cmd := exec.Command(binary, "rebuild", "--source", "snapshot", "--recheck-after", "1ms", "--log-level", "error", "--progress", "log")
 	cmd.Env = append(os.Environ(), "GRAPHSYNC_PG_URL="+pgURL, "GRAPHSYNC_NEO4J_URI="+teststack.Neo4jURI(b))
-	if out, err := cmd.CombinedOutput(); err != nil {
+	peak, out, err := benchdata.PeakRSS(cmd)
+	if err != nil {
 		b.Fatalf("graphsync rebuild: %v\n%s", err, out)
 	}
-	maxRSS := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss // KiB on Linux
-	b.ReportMetric(float64(maxRSS)/1024, "peak-rss-MiB")
-	return fmt.Sprintf("%d nodes %.1f MiB", size, float64(maxRSS)/1024)
+	b.ReportMetric(peak, "peak-rss-MiB")
+	return fmt.Sprintf("%d nodes %.1f MiB", size, peak)
 }
 
 // writeCeiling writes the graph fillBench implies with the plainest

@@ -4,14 +4,17 @@
 package benchdata
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
@@ -180,4 +183,38 @@ func Sizes(b *testing.B, name, list string) []int {
 		sizes = append(sizes, size)
 	}
 	return sizes
+}
+
+// PeakRSS runs cmd and returns its peak resident set size in MiB: the
+// high-water mark (VmHWM) of the process after it exec'd, read from /proc
+// while it runs. The rusage of a child the Go runtime started counts the
+// parent's memory too (the child shares it until exec), so it is not used.
+func PeakRSS(cmd *exec.Cmd) (float64, []byte, error) {
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return 0, nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
+	var peakKiB int64
+	ticker := time.NewTicker(20 * time.Millisecond)
+	defer ticker.Stop()
+	for {
+		if body, err := os.ReadFile(status); err == nil {
+			for _, line := range strings.Split(string(body), "\n") {
+				if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+					if kib, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64); err == nil && kib > peakKiB {
+						peakKiB = kib
+					}
+				}
+			}
+		}
+		select {
+		case err := <-done:
+			return float64(peakKiB) / 1024, out.Bytes(), err
+		case <-ticker.C:
+		}
+	}
 }
