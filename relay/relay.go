@@ -226,7 +226,9 @@ type passResult struct {
 // released to be claimed again in a smaller batch.
 var errSuspectBatch = errors.New("batch failed without a data error; retrying it smaller")
 
-// pass claims one batch, delivers it and records the outcome.
+// pass claims one batch, delivers it and records the outcome: failures
+// first, then one settling statement for the rest that also ends the leases
+// of the batch's aggregates.
 func (r *worker) pass(ctx context.Context, claim func(context.Context) (claimed, error)) passResult {
 	start := time.Now()
 	c, err := claim(ctx)
@@ -234,31 +236,53 @@ func (r *worker) pass(ctx context.Context, claim func(context.Context) (claimed,
 	if err != nil {
 		return passResult{err: err}
 	}
-	taken := len(c.messages) + len(c.deadLettered) + len(c.unreadable)
+	taken := c.taken()
+	if taken == 0 {
+		return passResult{}
+	}
 	if len(c.deadLettered) > 0 {
 		r.metrics.dlqMoved.Add(float64(len(c.deadLettered)))
 		r.log.Error("dead-lettered rows whose last attempt recorded no outcome (relay stopped, or lost PostgreSQL before marking)",
 			zap.Int64s("outbox_ids", c.deadLettered))
 	}
+	var st settlement
 	if len(c.unreadable) > 0 {
-		if err := r.recordFailures(ctx, c.unreadable, c.unreadableErrs); err != nil {
-			return passResult{taken: taken, err: err}
-		}
+		err = r.recordFailures(ctx, c.unreadable, c.unreadableErrs)
 	}
-	if len(c.messages) == 0 {
-		return passResult{taken: taken}
+	switch {
+	case err != nil:
+		st.released = messageIDs(c.messages) // not delivered: handed back uncounted
+	case len(c.messages) > 0:
+		r.metrics.batchSize.Observe(float64(len(c.messages)))
+		st, err = r.deliver(ctx, c.messages, c.aggregates)
 	}
-	r.metrics.batchSize.Observe(float64(len(c.messages)))
-	if err := r.deliver(ctx, c.messages); err != nil {
-		return passResult{taken: taken, err: err}
+	// Bookkeeping must happen even when ctx was cancelled mid-delivery; it is
+	// bounded by its own timeout instead.
+	bookCtx, bookCancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer bookCancel()
+	done, settleErr := r.store.OutboxSettle(bookCtx, st, c.aggregates)
+	if settleErr != nil {
+		// Rows applied but not marked will be delivered again after their
+		// lease, and the sink's guards make that a no-op.
+		return passResult{taken: taken, err: errors.Join(err, settleErr)}
 	}
-	return passResult{taken: taken}
+	if done.marked < int64(len(st.applied)) {
+		r.log.Warn("some delivered rows had lost their lease to another relay; they may be delivered again",
+			zap.Int("delivered", len(st.applied)), zap.Int64("marked", done.marked))
+	}
+	r.metrics.processed.Add(float64(done.marked))
+	if len(st.deferred) > 0 {
+		r.metrics.deferred.Add(float64(len(st.deferred)))
+		r.wakeAfter(r.cfg.DependencyWait)
+	}
+	return passResult{taken: taken, err: err}
 }
 
-// deliver hands a claimed batch to the sink under a renewed lease and records
-// the outcome. The sink runs on a context that outlives a soft stop by
+// deliver hands a claimed batch to the sink under a renewed lease, records
+// the events that failed by their own fault and says what to settle for the
+// rest. The sink runs on a context that outlives a soft stop by
 // DrainTimeout, so a stopping relay finishes its batch when it can.
-func (r *worker) deliver(ctx context.Context, batch []Message) error {
+func (r *worker) deliver(ctx context.Context, batch []Message, aggs aggregates) (settlement, error) {
 	ids := messageIDs(batch)
 	deliverCtx, cancel := drainContext(ctx, r.cfg.DrainTimeout)
 	defer cancel()
@@ -267,81 +291,54 @@ func (r *worker) deliver(ctx context.Context, batch []Message) error {
 	renewStopped := make(chan struct{})
 	go func() {
 		defer close(renewStopped)
-		r.renewLease(deliverCtx, ids, renewDone)
+		r.renewLease(deliverCtx, ids, aggs, renewDone)
 	}()
 	rejected, sinkErr := r.sink.Deliver(deliverCtx, batch)
 	close(renewDone)
 	<-renewStopped
 
-	// Bookkeeping must happen even when ctx was cancelled mid-delivery; it is
-	// bounded by its own timeout instead.
 	bookCtx, bookCancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer bookCancel()
 	if sinkErr != nil {
-		return r.sinkFailed(bookCtx, batch, sinkErr)
+		return settlement{released: ids}, r.sinkFailed(bookCtx, batch, sinkErr)
 	}
 	r.health.sinkWorks()
 	r.limit = min(r.cfg.BatchSize, r.limit*2)
-	var applied, failed []Message
-	var released, deferred []int64
+	var st settlement
+	var failed []Message
 	var notApplied error
 	for _, m := range batch {
 		rejectErr := rejected[m.ID]
 		switch {
 		case rejectErr == nil:
-			applied = append(applied, m)
+			st.applied = append(st.applied, m.ID)
 		case errors.Is(rejectErr, ErrHeldBack):
-			released = append(released, m.ID)
+			st.released = append(st.released, m.ID)
 		case errors.Is(rejectErr, ErrNotApplied):
-			released = append(released, m.ID)
+			st.released = append(st.released, m.ID)
 			notApplied = rejectErr
 		case errors.Is(rejectErr, ErrDeferred):
-			deferred = append(deferred, m.ID)
+			st.deferred = append(st.deferred, m.ID)
 		default:
 			failed = append(failed, m)
 		}
 	}
-	if len(applied) > 0 {
-		marked, err := r.store.OutboxMarkProcessed(bookCtx, messageIDs(applied))
-		if err != nil {
-			// The graph has the effect; the rows will be delivered again after
-			// their lease and the sink's guards make that a no-op.
-			return err
-		}
-		if marked < int64(len(applied)) {
-			r.log.Warn("some delivered rows had lost their lease to another relay; they may be delivered again",
-				zap.Int("delivered", len(applied)), zap.Int64("marked", marked))
-		}
-		r.metrics.processed.Add(float64(marked))
-	}
-	if len(released) > 0 {
-		if err := r.store.OutboxRelease(bookCtx, released); err != nil {
-			return err
-		}
-	}
-	if len(deferred) > 0 {
-		if err := r.store.OutboxDefer(bookCtx, deferred); err != nil {
-			return err
-		}
-		r.metrics.deferred.Add(float64(len(deferred)))
-		r.wakeAfter(r.cfg.DependencyWait)
-	}
 	if len(failed) > 0 {
 		if err := r.recordFailures(bookCtx, failed, rejected); err != nil {
-			return err
+			return st, err
 		}
 	}
 	if notApplied != nil {
 		r.metrics.sinkErrors.Inc()
-		return fmt.Errorf("sink applied part of a batch of %d, then: %w", len(batch), notApplied)
+		return st, fmt.Errorf("sink applied part of a batch of %d, then: %w", len(batch), notApplied)
 	}
-	return nil
+	return st, nil
 }
 
 // sinkFailed handles a batch the sink could not apply at all, by class (see
-// Sink). Nothing of it was applied.
+// Sink). Nothing of it was applied; the caller releases what is not recorded
+// as failed here (uncounted).
 func (r *worker) sinkFailed(ctx context.Context, batch []Message, sinkErr error) error {
-	ids := messageIDs(batch)
 	switch {
 	case errors.Is(sinkErr, ErrSinkBroken):
 		r.health.sinkBroken(sinkErr)
@@ -358,13 +355,7 @@ func (r *worker) sinkFailed(ctx context.Context, batch []Message, sinkErr error)
 		r.metrics.sinkErrors.Inc()
 		r.log.Warn("sink failed a batch without naming an event; retrying it in smaller batches",
 			zap.Int("batch", len(batch)), zap.Int("next_limit", r.limit), zap.String("error", redactLog(sinkErr.Error())))
-		if err := r.store.OutboxRelease(ctx, ids); err != nil {
-			return errors.Join(errSuspectBatch, err)
-		}
 		return errSuspectBatch
-	}
-	if err := r.store.OutboxRelease(ctx, ids); err != nil {
-		return errors.Join(fmt.Errorf("sink: %w", sinkErr), err)
 	}
 	return fmt.Errorf("sink could not take a batch of %d: %w", len(batch), sinkErr)
 }
@@ -391,7 +382,7 @@ func (r *worker) recordFailures(ctx context.Context, failed []Message, reasons m
 }
 
 // renewLease extends the batch's lease every Lease/3 until done is closed.
-func (r *worker) renewLease(ctx context.Context, ids []int64, done <-chan struct{}) {
+func (r *worker) renewLease(ctx context.Context, ids []int64, aggs aggregates, done <-chan struct{}) {
 	ticker := time.NewTicker(r.cfg.Lease / 3)
 	defer ticker.Stop()
 	for {
@@ -401,7 +392,7 @@ func (r *worker) renewLease(ctx context.Context, ids []int64, done <-chan struct
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-			if err := r.store.OutboxExtendLease(ctx, ids); err != nil {
+			if err := r.store.OutboxExtendLease(ctx, ids, aggs); err != nil {
 				r.log.Warn("could not renew lease", zap.Error(err))
 			}
 		}

@@ -31,17 +31,55 @@ type claimed struct {
 	// events, recorded with unreadableErrs like a sink's rejections.
 	unreadable     []Message
 	unreadableErrs map[int64]error
+	// aggregates are the aggregates the claim leased: every row it took
+	// belongs to one. Settling the batch ends their leases.
+	aggregates aggregates
 }
+
+// taken is how many rows the claim took (to deliver, failed or dead-lettered).
+func (c claimed) taken() int { return len(c.messages) + len(c.deadLettered) + len(c.unreadable) }
+
+// aggregates is a set of aggregates as the parallel arrays the statements
+// take (tenant ids, types, ids).
+type aggregates struct {
+	tenantIDs []int64
+	types     []string
+	ids       []int64
+}
+
+type aggregateKey struct {
+	tenantID int64
+	typ      string
+	id       int64
+}
+
+func (a *aggregates) add(seen map[aggregateKey]bool, m Message) {
+	k := aggregateKey{m.TenantID, m.AggregateType, m.AggregateID}
+	if seen[k] {
+		return
+	}
+	seen[k] = true
+	a.tenantIDs = append(a.tenantIDs, k.tenantID)
+	a.types = append(a.types, k.typ)
+	a.ids = append(a.ids, k.id)
+}
+
+// The claim statements: a window, then the rules every claim shares
+// (sql/queries/outbox.sql, docs/adr/0012).
+var (
+	claimPollSQL = gsql.Query("OutboxClaimPollWindow") + "\n" + gsql.Query("OutboxClaimTail")
+	claimByIDSQL = gsql.Query("OutboxClaimByIDWindow") + "\n" + gsql.Query("OutboxClaimTail")
+)
 
 // OutboxClaim claims up to limit due rows in id order.
 func (s *store) OutboxClaim(ctx context.Context, limit int) (claimed, error) {
-	return s.claim(ctx, gsql.Query("OutboxClaimCandidates"), limit)
+	return s.claim(ctx, claimPollSQL, limit)
 }
 
 // OutboxClaimByID claims the rows a replication stream named; the messages come
 // back in the order of ids (commit order).
 func (s *store) OutboxClaimByID(ctx context.Context, ids []int64) (claimed, error) {
-	c, err := s.claim(ctx, gsql.Query("OutboxClaimByIDCandidates"), ids)
+	c, err := s.claim(ctx, claimByIDSQL, ids)
 	if err != nil {
 		return c, err
 	}
@@ -55,99 +93,84 @@ func (s *store) OutboxClaimByID(ctx context.Context, ids []int64) (claimed, erro
 	return c, nil
 }
 
-// claim runs one claim transaction: serialise with other claims, pick the
-// candidates, count the attempt and lease what it takes.
+// claim runs one claim: its planner settings and the claim statement go in
+// one round trip and one (implicit) transaction. The statement picks, leases
+// and counts the attempt of what it takes (sql/queries/outbox.sql); no lock
+// is held between claims, so the workers of every relay claim concurrently.
 //
-// A candidate whose last lease ran out unanswered (orphaned) was in a batch
-// whose relay died. Once is most likely not the row's fault (a deploy, a
-// SIGKILL), so orphans are reclaimed in batches like any row. A row orphaned
-// a second time is suspect: it is taken alone, so a row that crashes relays
-// only burns its own attempts, not its batch-mates'.
-func (s *store) claim(ctx context.Context, candidates string, arg any) (claimed, error) {
+// A row whose last lease ran out unanswered (orphaned) was in a batch whose
+// relay died. Once is most likely not the row's fault (a deploy, a SIGKILL),
+// so orphans are reclaimed in batches like any row. A row orphaned a second
+// time is suspect: the statement takes it alone, so a row that crashes
+// relays only burns its own attempts, not its batch-mates'.
+func (s *store) claim(ctx context.Context, statement string, arg any) (claimed, error) {
 	var result claimed
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, gsql.Query("OutboxClaimLock")); err != nil {
+	batch := &pgx.Batch{}
+	batch.Queue(gsql.Query("OutboxClaimSettings"))
+	batch.Queue(statement, arg, s.relayID, s.cfg.Lease)
+	type taken struct {
+		msg       Message
+		problem   error
+		lastError string
+	}
+	var takenRows []taken
+	err := func() error {
+		br := s.pool.SendBatch(ctx, batch)
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, candidates, arg)
+		rows, err := br.Query()
 		if err != nil {
 			return err
-		}
-		type candidate struct {
-			id       int64
-			orphaned bool
-			attempts int16
-		}
-		found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (candidate, error) {
-			var c candidate
-			return c, row.Scan(&c.id, &c.orphaned, &c.attempts)
-		})
-		if err != nil {
-			return err
-		}
-		if len(found) == 0 {
-			return nil
-		}
-		sort.Slice(found, func(i, j int) bool { return found[i].id < found[j].id })
-		take := make([]int64, 0, len(found))
-		for _, c := range found {
-			if c.orphaned && c.attempts >= 2 {
-				if len(take) == 0 {
-					take = append(take, c.id)
-				}
-				break
-			}
-			take = append(take, c.id)
-		}
-		rows, err = tx.Query(ctx, gsql.Query("OutboxClaimTake"), take, s.relayID, s.cfg.Lease)
-		if err != nil {
-			return err
-		}
-		type taken struct {
-			msg       Message
-			problem   error
-			lastError string
 		}
 		// Scanning cannot fail on a row PostgreSQL accepted: the payload is
 		// taken as bytes (decoding is the sink's job, per event) and the
 		// timestamp as a value that can be infinite.
-		takenRows, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (taken, error) {
+		takenRows, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (taken, error) {
 			m, problem, lastError, err := scanMessage(row)
 			return taken{m, problem, lastError}, err
 		})
 		if err != nil {
 			return err
 		}
-		sort.Slice(takenRows, func(i, j int) bool { return takenRows[i].msg.ID < takenRows[j].msg.ID })
-		var exhausted []int64
-		var reasons []string
-		for _, t := range takenRows {
-			m := t.msg
-			switch {
-			case int(m.Attempts) > s.cfg.MaxAttempts:
-				exhausted = append(exhausted, m.ID)
-				reasons = append(reasons, exhaustedReason(s.cfg.MaxAttempts, t.lastError))
-			case t.problem != nil:
-				if result.unreadableErrs == nil {
-					result.unreadableErrs = map[int64]error{}
-				}
-				result.unreadable = append(result.unreadable, m)
-				result.unreadableErrs[m.ID] = t.problem
-			default:
-				result.messages = append(result.messages, m)
-			}
-		}
-		if len(exhausted) > 0 {
-			moved, err := outboxMoveToDLQ(ctx, tx, exhausted, reasons, &s.relayID)
-			if err != nil {
-				return err
-			}
-			result.deadLettered = moved
-		}
-		return nil
-	})
+		return br.Close()
+	}()
 	if err != nil {
 		return claimed{}, fmt.Errorf("claim outbox batch: %w", err)
+	}
+	sort.Slice(takenRows, func(i, j int) bool { return takenRows[i].msg.ID < takenRows[j].msg.ID })
+	seen := make(map[aggregateKey]bool, len(takenRows))
+	var exhausted []int64
+	var reasons []string
+	for _, t := range takenRows {
+		m := t.msg
+		result.aggregates.add(seen, m)
+		switch {
+		case int(m.Attempts) > s.cfg.MaxAttempts:
+			exhausted = append(exhausted, m.ID)
+			reasons = append(reasons, exhaustedReason(s.cfg.MaxAttempts, t.lastError))
+		case t.problem != nil:
+			if result.unreadableErrs == nil {
+				result.unreadableErrs = map[int64]error{}
+			}
+			result.unreadable = append(result.unreadable, m)
+			result.unreadableErrs[m.ID] = t.problem
+		default:
+			result.messages = append(result.messages, m)
+		}
+	}
+	if len(exhausted) > 0 {
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			moved, err := outboxMoveToDLQ(ctx, tx, exhausted, reasons, &s.relayID)
+			result.deadLettered = moved
+			return err
+		})
+		if err != nil {
+			// The rows stay leased until their lease runs out; the next
+			// claim after that counts the attempt again and retries the move.
+			return result, fmt.Errorf("claim outbox batch: %w", err)
+		}
 	}
 	return result, nil
 }
@@ -199,39 +222,54 @@ func (s *store) OutboxNotVisible(ctx context.Context, ids []int64) ([]int64, err
 	return unseen, nil
 }
 
-// OutboxMarkProcessed marks delivered rows; it returns how many were still
-// leased by this relay.
-func (s *store) OutboxMarkProcessed(ctx context.Context, ids []int64) (int64, error) {
-	tag, err := s.pool.Exec(ctx, gsql.Query("OutboxMarkProcessed"), ids, s.relayID)
-	if err != nil {
-		return 0, fmt.Errorf("mark %d outbox rows processed: %w", len(ids), err)
-	}
-	return tag.RowsAffected(), nil
+// settlement is what became of a batch's rows, besides failures (which
+// OutboxFail records first).
+type settlement struct {
+	// applied rows are marked processed.
+	applied []int64
+	// released rows are handed back uncounted.
+	released []int64
+	// deferred rows are handed back uncounted, due again after DependencyWait:
+	// they wait for another aggregate's events, which is not their fault.
+	deferred []int64
 }
 
-// OutboxExtendLease renews the lease of rows in delivery.
-func (s *store) OutboxExtendLease(ctx context.Context, ids []int64) error {
-	if _, err := s.pool.Exec(ctx, gsql.Query("OutboxExtendLease"), ids, s.relayID, s.cfg.Lease); err != nil {
+// settled says what OutboxSettle changed: marked counts the applied rows this
+// relay still held (a row whose lease was taken over is left to its holder).
+type settled struct {
+	marked, released, deferred, unleased int64
+}
+
+// OutboxSettle ends a batch in one statement: marks, releases and defers its
+// rows and ends the leases of its aggregates.
+func (s *store) OutboxSettle(ctx context.Context, st settlement, aggs aggregates) (settled, error) {
+	var out settled
+	err := s.pool.QueryRow(ctx, gsql.Query("OutboxSettle"), nonNil(st.applied), nonNil(st.released), nonNil(st.deferred),
+		s.relayID, s.cfg.DependencyWait, nonNil(aggs.tenantIDs), nonNil(aggs.types), nonNil(aggs.ids)).
+		Scan(&out.marked, &out.released, &out.deferred, &out.unleased)
+	if err != nil {
+		return out, fmt.Errorf("settle a batch of %d outbox rows (%d applied): %w",
+			len(st.applied)+len(st.released)+len(st.deferred), len(st.applied), err)
+	}
+	return out, nil
+}
+
+// OutboxExtendLease renews the lease of rows in delivery and of their aggregates.
+func (s *store) OutboxExtendLease(ctx context.Context, ids []int64, aggs aggregates) error {
+	if _, err := s.pool.Exec(ctx, gsql.Query("OutboxExtendLease"), ids, s.relayID, s.cfg.Lease,
+		nonNil(aggs.tenantIDs), nonNil(aggs.types), nonNil(aggs.ids)); err != nil {
 		return fmt.Errorf("extend lease of %d outbox rows: %w", len(ids), err)
 	}
 	return nil
 }
 
-// OutboxDefer hands rows back uncounted, due again after DependencyWait:
-// they wait for another aggregate's events, which is not their fault.
-func (s *store) OutboxDefer(ctx context.Context, ids []int64) error {
-	if _, err := s.pool.Exec(ctx, gsql.Query("OutboxDefer"), ids, s.relayID, s.cfg.DependencyWait); err != nil {
-		return fmt.Errorf("defer %d outbox rows: %w", len(ids), err)
+// nonNil makes an empty array of a nil slice (pgx sends nil as NULL, and
+// "id = ANY(NULL)" is NULL, not false).
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
 	}
-	return nil
-}
-
-// OutboxRelease hands rows back uncounted.
-func (s *store) OutboxRelease(ctx context.Context, ids []int64) error {
-	if _, err := s.pool.Exec(ctx, gsql.Query("OutboxRelease"), ids, s.relayID); err != nil {
-		return fmt.Errorf("release %d outbox rows: %w", len(ids), err)
-	}
-	return nil
+	return s
 }
 
 // OutboxFail records the sink's rejections: rows that used their last attempt

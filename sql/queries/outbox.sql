@@ -1,125 +1,172 @@
 -- Runtime statements of the relay. Every value is a parameter.
--- Claims are serialised by OutboxClaimLock so that each claim sees the leases
--- of the one before it (see docs/adr/0001-relay-leases.md).
+-- A claim takes whole aggregates through outbox_aggregate_leases, so claims
+-- run concurrently without a global lock (docs/adr/0001, 0012).
 
--- name: OutboxClaimLock
--- Also: no sorts in this transaction. The claim must walk the pending-only
--- claim index in id order and stop at the limit; with missing or stale
--- statistics the planner otherwise scans every pending row, runs the
--- aggregate check on each and sorts, a cost that grows with the backlog.
--- And no JIT: stale statistics inflate the estimated cost past jit_above_cost,
--- and compiling the claim then costs more than running it (measured: 9 ms of
--- a 25 ms claim with a million processed rows in the table).
-SELECT pg_advisory_xact_lock(7162812450386870896),
-       set_config('enable_sort', 'off', true),
-       set_config('jit', 'off', true);
+-- name: OutboxClaimSettings
+-- Sent with the claim, in its transaction. No sorts: the window must walk the
+-- pending-only claim index in id order and stop at the limit; with missing or
+-- stale statistics the planner otherwise scans every pending row and sorts, a
+-- cost that grows with the backlog (the sorts the claim does need, of the
+-- window's few hundred rows, have no alternative and stay). No JIT: stale
+-- statistics inflate the estimated cost past jit_above_cost, and compiling
+-- the claim then costs more than running it (docs/adr/0001).
+SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true);
 
--- name: OutboxClaimCandidates
--- $1 batch size. Rows are locked (SKIP LOCKED) until the claim commits.
--- orphaned: the row's last lease ran out unanswered (its relay died);
--- attempts tells a first orphaning from a repeated one.
--- A row is claimable when it is pending, due and not leased, no other row of
--- its aggregate is in flight, and no earlier pending row of its aggregate waits
--- for a retry (block-on-error). An earlier row that is free is claimed first in
--- this same batch (ORDER BY id), so each aggregate flows in order. "Any other
--- row in flight" matters: a lower id whose transaction committed late must not
--- be delivered beside a higher one already in delivery.
-WITH claimable AS (
-  SELECT o.id, o.locked_until IS NOT NULL AS orphaned, o.attempts
+-- A claim is one statement: a window (OutboxClaimPollWindow or
+-- OutboxClaimByIDWindow) followed by OutboxClaimTail. Its cost is O(window):
+-- each row costs one backward probe of the pending-only aggregate index (its
+-- predecessor) and one primary-key probe of outbox_aggregate_leases, however
+-- many events its aggregate has pending and however large the backlog
+-- (docs/adr/0012).
+
+-- name: OutboxClaimPollWindow
+-- $1 batch size: the first due, unleased pending rows in id order, locked
+-- (SKIP LOCKED) until the claim commits. suspect: the row's last lease ran
+-- out unanswered more than once (it may be what kills its relays).
+WITH win AS (
+  SELECT o.id, o.tenant_id, o.aggregate_type, o.aggregate_id,
+         o.locked_until IS NOT NULL AND o.attempts >= 2 AS suspect
   FROM outbox_messages o
   WHERE o.processed_at IS NULL
     AND o.available_at <= now()
     AND (o.locked_until IS NULL OR o.locked_until < now())
-    AND NOT EXISTS (
-      SELECT 1
-      FROM outbox_messages e
-      WHERE e.tenant_id = o.tenant_id
-        AND e.aggregate_type = o.aggregate_type
-        AND e.aggregate_id = o.aggregate_id
-        AND e.id <> o.id
-        AND e.processed_at IS NULL
-        AND (e.locked_until >= now() OR (e.id < o.id AND e.available_at > now()))
-      -- OFFSET 0 keeps this a per-row probe of the pending-only aggregate
-      -- index; as an anti-join, stale statistics (taken while a backlog was
-      -- pending) make the planner scan the whole table instead.
-      OFFSET 0)
   ORDER BY o.id
   LIMIT $1
   FOR UPDATE SKIP LOCKED
 )
-SELECT id, orphaned, attempts FROM claimable;
 
--- name: OutboxClaimByIDCandidates
--- The stream mode's claim: the same rules as OutboxClaimCandidates, for the
--- rows the replication stream named ($1). The caller orders them.
-WITH claimable AS (
-  SELECT o.id, o.locked_until IS NOT NULL AS orphaned, o.attempts
+-- name: OutboxClaimByIDWindow
+-- The stream mode's window: the rows the replication stream named ($1),
+-- under the same conditions. The caller orders what it takes.
+WITH win AS (
+  SELECT o.id, o.tenant_id, o.aggregate_type, o.aggregate_id,
+         o.locked_until IS NOT NULL AND o.attempts >= 2 AS suspect
   FROM outbox_messages o
   WHERE o.id = ANY($1::bigint[])
     AND o.processed_at IS NULL
     AND o.available_at <= now()
     AND (o.locked_until IS NULL OR o.locked_until < now())
-    AND NOT EXISTS (
-      SELECT 1
-      FROM outbox_messages e
-      WHERE e.tenant_id = o.tenant_id
-        AND e.aggregate_type = o.aggregate_type
-        AND e.aggregate_id = o.aggregate_id
-        AND e.id <> o.id
-        AND e.processed_at IS NULL
-        -- As OutboxClaim, and an earlier pending row outside this batch blocks too.
-        AND (e.locked_until >= now()
-             OR (e.id < o.id AND (e.available_at > now() OR NOT (e.id = ANY($1::bigint[])))))
-      OFFSET 0)
   FOR UPDATE SKIP LOCKED
 )
-SELECT id, orphaned, attempts FROM claimable;
 
--- name: OutboxClaimTake
--- $1 ids chosen from the candidates (still locked by this transaction),
--- $2 relay id, $3 lease. The attempt is counted here, at claim, so a row that
--- crashes its relay still reaches the DLQ after the limit.
-UPDATE outbox_messages
-SET attempts = attempts + 1,
-    locked_by = $2,
+-- name: OutboxClaimTail
+-- $2 relay id (the worker's lease identity), $3 lease.
+-- The rules, per aggregate:
+-- * Order and block-on-error: a row is taken only with its predecessor (the
+--   aggregate's pending row just before it). A predecessor that is not in
+--   this window (in flight, waiting for a retry or a dependency, not due
+--   yet, or named by no stream batch) holds the row back, and with it every
+--   later row of the aggregate (broken). One backward index probe a row.
+-- * One batch in flight per aggregate: the claim takes an aggregate by
+--   inserting its row in outbox_aggregate_leases; a live lease of another
+--   claim keeps it (a lower id whose transaction committed late must not be
+--   delivered beside a higher one already in delivery). Keys are inserted in
+--   order, so concurrent claims wait on each other's keys without deadlock.
+-- * A suspect orphan is taken alone, so a row that crashes relays only burns
+--   its own attempts; rows after it wait for the next claim.
+-- The attempt is counted here, at claim, so a row that crashes its relay
+-- still reaches the DLQ after the limit.
+, chained AS (
+  SELECT w.*,
+         lag(w.id) OVER agg AS prev_in_window,
+         (SELECT e.id FROM outbox_messages e
+          WHERE e.tenant_id = w.tenant_id
+            AND e.aggregate_type = w.aggregate_type
+            AND e.aggregate_id = w.aggregate_id
+            AND e.processed_at IS NULL
+            AND e.id < w.id
+          ORDER BY e.id DESC
+          LIMIT 1) AS prev_pending
+  FROM win w
+  WINDOW agg AS (PARTITION BY w.tenant_id, w.aggregate_type, w.aggregate_id ORDER BY w.id)
+), unbroken AS (
+  SELECT c.*
+  FROM (
+    SELECT c.*, bool_or(c.prev_pending IS DISTINCT FROM c.prev_in_window)
+                  OVER (PARTITION BY c.tenant_id, c.aggregate_type, c.aggregate_id ORDER BY c.id) AS broken
+    FROM chained c) c
+  WHERE NOT c.broken
+), picked AS (
+  SELECT u.id, u.tenant_id, u.aggregate_type, u.aggregate_id
+  FROM (
+    SELECT u.*, min(u.id) OVER () AS first_id,
+           min(u.id) FILTER (WHERE u.suspect) OVER () AS first_suspect
+    FROM unbroken u) u
+  WHERE u.first_suspect IS NULL OR u.id < u.first_suspect
+     OR (u.id = u.first_suspect AND u.first_id = u.first_suspect)
+), leased AS (
+  INSERT INTO outbox_aggregate_leases AS l (tenant_id, aggregate_type, aggregate_id, locked_by, locked_until)
+  SELECT DISTINCT p.tenant_id, p.aggregate_type, p.aggregate_id, $2::text, now() + $3::interval
+  FROM picked p
+  ORDER BY 1, 2, 3
+  ON CONFLICT (tenant_id, aggregate_type, aggregate_id) DO UPDATE
+    SET locked_by = excluded.locked_by, locked_until = excluded.locked_until
+    WHERE l.locked_until < now()
+  RETURNING l.tenant_id, l.aggregate_type, l.aggregate_id
+)
+UPDATE outbox_messages m
+SET attempts = m.attempts + 1,
+    locked_by = $2::text,
     locked_until = now() + $3::interval
-WHERE id = ANY($1::bigint[])
-RETURNING id, tenant_id, aggregate_type, aggregate_id, event_type,
-          event_version, payload, occurred_at, attempts, trace_id,
+FROM picked p
+JOIN leased l ON l.tenant_id = p.tenant_id AND l.aggregate_type = p.aggregate_type AND l.aggregate_id = p.aggregate_id
+WHERE m.id = p.id
+RETURNING m.id, m.tenant_id, m.aggregate_type, m.aggregate_id, m.event_type,
+          m.event_version, m.payload, m.occurred_at, m.attempts, m.trace_id,
           -- An event of a tenant PostgreSQL does not have is poison: the
           -- graph must hold no tenant the truth does not.
-          EXISTS (SELECT 1 FROM tenants t WHERE t.id = outbox_messages.tenant_id) AS tenant_known,
+          EXISTS (SELECT 1 FROM tenants t WHERE t.id = m.tenant_id) AS tenant_known,
           -- Kept in the DLQ reason of a row whose last attempt died unanswered.
-          last_error;
+          m.last_error;
 
--- name: OutboxMarkProcessed
--- Only rows still leased by this relay: a row whose lease was taken over is
--- left to its new holder (the graph effect is idempotent either way).
-UPDATE outbox_messages
-SET processed_at = now(), locked_by = NULL, locked_until = NULL
-WHERE id = ANY($1::bigint[]) AND locked_by = $2;
+-- name: OutboxSettle
+-- Ends a batch in one statement: $1 ids applied (marked processed), $2 ids
+-- handed back uncounted (released), $3 ids handed back uncounted to wait $5
+-- for another aggregate's events (deferred: valid, so no last_error; later
+-- events of their aggregates stay behind them, as their predecessor is not
+-- due), all only while this relay ($4) still holds them: a row whose lease
+-- was taken over is left to its new holder. $6/$7/$8 the batch's aggregates
+-- (tenant ids, types, ids), whose aggregate leases end here.
+-- Returns how many rows were marked, released, deferred and unleased.
+WITH marked AS (
+  UPDATE outbox_messages
+  SET processed_at = now(), locked_by = NULL, locked_until = NULL
+  WHERE id = ANY($1::bigint[]) AND locked_by = $4
+  RETURNING 1
+), released AS (
+  UPDATE outbox_messages
+  SET attempts = GREATEST(attempts - 1, 0), locked_by = NULL, locked_until = NULL
+  WHERE id = ANY($2::bigint[]) AND locked_by = $4
+  RETURNING 1
+), deferred AS (
+  UPDATE outbox_messages
+  SET attempts = GREATEST(attempts - 1, 0), locked_by = NULL, locked_until = NULL,
+      available_at = now() + $5::interval
+  WHERE id = ANY($3::bigint[]) AND locked_by = $4
+  RETURNING 1
+), unleased AS (
+  DELETE FROM outbox_aggregate_leases l
+  USING unnest($6::bigint[], $7::text[], $8::bigint[]) AS a(tenant_id, aggregate_type, aggregate_id)
+  WHERE l.tenant_id = a.tenant_id AND l.aggregate_type = a.aggregate_type
+    AND l.aggregate_id = a.aggregate_id AND l.locked_by = $4
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM marked), (SELECT count(*) FROM released),
+       (SELECT count(*) FROM deferred), (SELECT count(*) FROM unleased);
 
 -- name: OutboxExtendLease
+-- $1 ids of the batch, $2 relay id, $3 lease, $4/$5/$6 its aggregates.
+WITH aggregates AS (
+  UPDATE outbox_aggregate_leases l
+  SET locked_until = now() + $3::interval
+  FROM unnest($4::bigint[], $5::text[], $6::bigint[]) AS a(tenant_id, aggregate_type, aggregate_id)
+  WHERE l.tenant_id = a.tenant_id AND l.aggregate_type = a.aggregate_type
+    AND l.aggregate_id = a.aggregate_id AND l.locked_by = $2
+  RETURNING 1
+)
 UPDATE outbox_messages
 SET locked_until = now() + $3::interval
 WHERE id = ANY($1::bigint[]) AND locked_by = $2 AND processed_at IS NULL;
-
--- name: OutboxDefer
--- $1 ids, $2 relay id, $3 wait. The events are valid but wait for another
--- aggregate's events: handed back uncounted, without last_error, due again
--- after $3. Later events of their aggregates stay behind them (the claim's
--- block-on-error rule sees available_at in the future).
-UPDATE outbox_messages
-SET attempts = GREATEST(attempts - 1, 0), locked_by = NULL, locked_until = NULL,
-    available_at = now() + $3::interval
-WHERE id = ANY($1::bigint[]) AND locked_by = $2;
-
--- name: OutboxRelease
--- The sink could not take the batch at all (its store is down) or the relay is
--- stopping: hand the rows back without counting the attempt.
-UPDATE outbox_messages
-SET attempts = GREATEST(attempts - 1, 0), locked_by = NULL, locked_until = NULL
-WHERE id = ANY($1::bigint[]) AND locked_by = $2;
 
 -- name: OutboxRecordFailure
 -- $1 ids, $2 errors (same length), $3 relay id, $4 retry step, $5 max steps.
