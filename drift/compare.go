@@ -89,6 +89,15 @@ func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 				&repairAction{deleteRel: r.elementID})
 			continue
 		}
+		rt, _ := model.Relationship(r.typ)
+		// The other end must carry the label the model gives it: an edge to
+		// a node of another label that happens to have the expected id is
+		// not the edge the rows imply.
+		if end := otherEndLabel(rt, r.out); !slices.Contains(r.otherLabels, end) {
+			add(ExtraRelationship, fmt.Sprintf("%s ends at a node labelled %s, not %s", relText(r, got.id), labelsText(r.otherLabels), end),
+				&repairAction{deleteRel: r.elementID})
+			continue
+		}
 		k := r.key(model)
 		w, ok := want[k]
 		if !ok || seen[k] {
@@ -96,13 +105,18 @@ func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 			continue
 		}
 		seen[k] = true
+		allowed := relAllowed(rt)
 		var diffs []string
 		names := make([]string, 0, len(w.props))
 		for name := range w.props {
 			names = append(names, name)
 		}
+		var outside []string
 		for name := range r.props {
-			if _, ok := w.props[name]; !ok {
+			switch {
+			case !allowed[name]:
+				outside = append(outside, name)
+			case !hasKey(w.props, name):
 				names = append(names, name)
 			}
 		}
@@ -115,6 +129,17 @@ func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 		if len(diffs) > 0 {
 			add(ChangedRelationship, relText(r, got.id)+": "+strings.Join(diffs, "; "), &repairAction{upsert: exp})
 		}
+		// A relationship property outside the allowlist: what the row
+		// projection's MERGE ... SET never touches, so it is removed by key.
+		sort.Strings(outside)
+		for _, name := range outside {
+			remove := &repairAction{removeRelProp: &relProp{elementID: r.elementID, key: name}}
+			if what := personalData(r.props[name]); what != "" {
+				add(PersonalData, fmt.Sprintf("%s: property %s holds %s", relText(r, got.id), name, what), remove)
+				continue
+			}
+			add(PropertyNotAllowed, fmt.Sprintf("%s: property %s = %s is outside the allowlist", relText(r, got.id), name, show(r.props[name])), remove)
+		}
 	}
 	for _, r := range exp.rels {
 		if !seen[r.key(model)] {
@@ -122,6 +147,40 @@ func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 		}
 	}
 	return findings
+}
+
+// otherEndLabel is the label the model gives the end of rt that is not its
+// owner: the To end of a relationship its From end owns, else the From end.
+func otherEndLabel(rt graphmodel.Relationship, out bool) string {
+	if out {
+		return rt.To
+	}
+	return rt.From
+}
+
+// relAllowed is the allowlist of rt's properties: its key, its properties
+// and tenant_id.
+func relAllowed(rt graphmodel.Relationship) map[string]bool {
+	allowed := map[string]bool{graphmodel.KeyTenantID: true}
+	for _, p := range rt.Key {
+		allowed[p.Key] = true
+	}
+	for _, p := range rt.Properties {
+		allowed[p.Key] = true
+	}
+	return allowed
+}
+
+func hasKey(m map[string]any, k string) bool {
+	_, ok := m[k]
+	return ok
+}
+
+func labelsText(labels []string) string {
+	if len(labels) == 0 {
+		return "(none)"
+	}
+	return strings.Join(labels, ":")
 }
 
 func relText(r relation, owner int64) string {

@@ -57,7 +57,7 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	var errs []error
-	if c.Sample <= 0 || c.Sample > 1 {
+	if !(c.Sample > 0 && c.Sample <= 1) { // NaN too
 		errs = append(errs, fmt.Errorf("sample must be a fraction in (0, 1], got %g", c.Sample))
 	}
 	if c.TenantID < 0 {

@@ -156,6 +156,28 @@ func TestPlantedDriftIsFoundAndRepaired(t *testing.T) {
 	cypherExec(t, driver, `MATCH (c:Customer {tenant_id: $t, id: $c}), (o:Order {tenant_id: $t, id: $id})
 		CREATE (c)-[:PLACED {tenant_id: $t}]->(o)`,
 		map[string]any{"t": a, "id": extraOrder, "c": other[0]})
+	// A relationship whose other end is a node of the wrong label that has
+	// the expected id: a Product's IN_CATEGORY moved from its Category to
+	// another node of the tenant with the category's id (business ids start
+	// at one base in every table, so such a node exists).
+	res, err := neo4j.ExecuteQuery(context.Background(), driver, `MATCH (p:Product {tenant_id: $t})-[:IN_CATEGORY]->(c:Category)
+		WHERE NOT p.id IN $planted
+		MATCH (x {tenant_id: $t, id: c.id}) WHERE NOT x:Category
+		RETURN p.id AS product, labels(x)[0] AS label ORDER BY p.id LIMIT 1`,
+		map[string]any{"t": a, "planted": []int64{editedProduct, piiProduct, uncategorised}}, neo4j.EagerResultTransformer)
+	if err != nil || len(res.Records) != 1 {
+		t.Fatalf("no product whose category id is also the id of another node of tenant %d (%v)", a, err)
+	}
+	misdirected, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "product")
+	wrongLabel, _, _ := neo4j.GetRecordValue[string](res.Records[0], "label")
+	cypherExec(t, driver, `MATCH (p:Product {tenant_id: $t, id: $id})-[r:IN_CATEGORY]->(c:Category)
+		MATCH (x:`+wrongLabel+` {tenant_id: $t, id: c.id})
+		DELETE r CREATE (p)-[:IN_CATEGORY {tenant_id: $t}]->(x)`, p(misdirected))
+	// Relationship properties outside the allowlist: one holding an e-mail
+	// address, one not.
+	relPII, relExtra := orders[4], orders[5]
+	cypherExec(t, driver, `MATCH (:Customer)-[r:PLACED]->(:Order {tenant_id: $t, id: $id}) SET r.buyer_email = 'rel.planted@example.org'`, p(relPII))
+	cypherExec(t, driver, `MATCH (:Order {tenant_id: $t, id: $id})-[r:CONTAINS]->() SET r.note = 'typed in the browser'`, p(relExtra))
 	// A node without a tenant.
 	cypherExec(t, driver, `CREATE (:Customer {id: -424242, segment: 'retail'})`, nil)
 	// An event marked processed that was never applied: the row changed in
@@ -172,34 +194,50 @@ func TestPlantedDriftIsFoundAndRepaired(t *testing.T) {
 	}
 
 	report := check(t, pool, driver, a, false)
-	want := map[Kind]map[int64]string{
-		MissingNode:         {deletedOrder: "no node; the rows imply one"},
-		StaleNode:           {editedProduct: "name: graph \"Edited by hand\"", loweredOrder: "version: graph", neverApplied: "price_cents"},
-		PersonalData:        {piiProduct: "contact holds an e-mail address"},
-		CrossTenant:         {linkedOrder: fmt.Sprintf("to tenant %d", b)},
-		MissingRelationship: {uncategorised: "IN_CATEGORY"},
-		ExtraRelationship:   {extraOrder: "PLACED"},
-		NodeWithoutTenant:   {-424242: "no tenant_id"},
+	// Ids of different labels may be equal (one base for every table), so
+	// each finding is named by kind, label and id.
+	want := []struct {
+		kind   Kind
+		label  string
+		id     int64
+		detail string
+	}{
+		{MissingNode, "Order", deletedOrder, "no node; the rows imply one"},
+		{StaleNode, "Product", editedProduct, "name: graph \"Edited by hand\""},
+		{StaleNode, "Order", loweredOrder, "version: graph"},
+		{StaleNode, "Product", neverApplied, "price_cents"},
+		{PersonalData, "Product", piiProduct, "contact holds an e-mail address"},
+		{CrossTenant, "Order", linkedOrder, fmt.Sprintf("to tenant %d", b)},
+		{MissingRelationship, "Product", uncategorised, "IN_CATEGORY"},
+		{ExtraRelationship, "Order", extraOrder, "PLACED"},
+		{ExtraRelationship, "Product", misdirected, "ends at a node labelled " + wrongLabel + ", not Category"},
+		{MissingRelationship, "Product", misdirected, "IN_CATEGORY"},
+		{PersonalData, "Order", relPII, "PLACED]->(" + fmt.Sprint(relPII) + "): property buyer_email holds an e-mail address"},
+		{PropertyNotAllowed, "Order", relExtra, "property note = \"typed in the browser\" is outside the allowlist"},
+		{NodeWithoutTenant, "Customer", -424242, "no tenant_id"},
 	}
 	var md strings.Builder
 	if err := report.WriteMarkdown(&md, 0); err != nil {
 		t.Fatal(err)
 	}
-	for kind, byID := range want {
-		for id, detail := range byID {
-			found := false
-			for _, f := range report.Examples[kind] {
-				if f.ID == id && strings.Contains(f.Detail, detail) {
-					found = true
-				}
-			}
-			if !found {
-				t.Errorf("%s of %d (%q) not reported:\n%s", kind, id, detail, md.String())
+	for _, w := range want {
+		found := false
+		for _, f := range report.Examples[w.kind] {
+			if f.Label == w.label && f.ID == w.id && strings.Contains(f.Detail, w.detail) {
+				found = true
 			}
 		}
+		if !found {
+			t.Errorf("%s of %s %d (%q) not reported:\n%s", w.kind, w.label, w.id, w.detail, md.String())
+		}
 	}
-	if strings.Contains(md.String(), "buyer.planted@example.org") {
-		t.Error("the report echoes the personal data it found")
+	for _, personal := range []string{"buyer.planted@example.org", "rel.planted@example.org"} {
+		if strings.Contains(md.String(), personal) {
+			t.Errorf("the report echoes the personal data it found (%s)", personal)
+		}
+	}
+	if !strings.Contains(md.String(), "Checked 1 tenant, every key,") {
+		t.Errorf("the report's scope line is not \"Checked 1 tenant, every key, ...\":\n%s", md.String())
 	}
 	if !strings.Contains(md.String(), "| foreign_label | \"Chunk\"") {
 		t.Errorf("the foreign label is not reported:\n%s", md.String())
@@ -215,7 +253,7 @@ func TestPlantedDriftIsFoundAndRepaired(t *testing.T) {
 		_ = after.WriteMarkdown(&md, 0)
 		t.Fatalf("drift %d after repair:\n%s", after.DriftTotal, md.String())
 	}
-	res, err := neo4j.ExecuteQuery(context.Background(), driver, `MATCH (n:Chunk {tenant_id: $t}) RETURN count(n) AS n`,
+	res, err = neo4j.ExecuteQuery(context.Background(), driver, `MATCH (n:Chunk {tenant_id: $t}) RETURN count(n) AS n`,
 		map[string]any{"t": a}, neo4j.EagerResultTransformer)
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,8 @@ type repairAction struct {
 	deleteRel string
 	// removeProp removes a property outside the allowlist.
 	removeProp string
+	// removeRelProp removes a relationship property outside the allowlist.
+	removeRelProp *relProp
 	// upsertTenant creates the tenant node.
 	upsertTenant bool
 	// deleteTenant removes every node of a tenant PostgreSQL does not have.
@@ -30,12 +32,23 @@ type repairAction struct {
 	deleteUntenanted string
 }
 
+// relProp names one property of one relationship.
+type relProp struct {
+	elementID string
+	key       string
+}
+
+// removeRelPropsText removes one property from each relationship given as
+// rows {eid, key}: the key is a parameter, never text.
+const removeRelPropsText = "UNWIND $rows AS row\nMATCH ()-[r]->()\nWHERE elementId(r) = row.eid\nSET r[row.key] = null\nRETURN count(*) AS applied"
+
 // repair applies the repair of every final finding: removals first, then
 // re-projections, each kind in one statement per label or type. It writes
 // only to Neo4j, and only the model's labels and types.
 func (r *run) repair(ctx context.Context) ([]string, error) {
 	var relIDs []string
 	removeProps := map[string][]map[string]any{}
+	var removeRelProps []map[string]any
 	deletes := map[string][]map[string]any{}
 	upserts := map[nodeKey]*node{}
 	var tenants []int64
@@ -47,6 +60,8 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 		case a == nil:
 		case a.deleteRel != "":
 			relIDs = append(relIDs, a.deleteRel)
+		case a.removeRelProp != nil:
+			removeRelProps = append(removeRelProps, map[string]any{"eid": a.removeRelProp.elementID, "key": a.removeRelProp.key})
 		case a.removeProp != "":
 			removeProps[f.Label] = append(removeProps[f.Label], map[string]any{"tenant_id": f.TenantID, "id": f.ID, "key": a.removeProp})
 		case a.deleteNode:
@@ -77,6 +92,12 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 	}
 	if len(relIDs) > 0 {
 		if err := write("removed extra and cross-tenant relationships", cypher.DeleteRelationshipsText, map[string]any{"ids": relIDs}); err != nil {
+			return changes, err
+		}
+	}
+	if len(removeRelProps) > 0 {
+		if err := write("removed properties outside the allowlist from relationships", removeRelPropsText,
+			map[string]any{"rows": removeRelProps}); err != nil {
 			return changes, err
 		}
 	}

@@ -73,7 +73,10 @@ type Foreign struct {
 }
 
 func newReport(cfg Config) *Report {
-	return &Report{Sample: cfg.Sample, StartedAt: time.Now().UTC(), Examples: map[Kind][]Finding{},
+	// Lists are empty, never null, in JSON: a clean report still has
+	// counts, explained and foreign to iterate over.
+	return &Report{Sample: cfg.Sample, StartedAt: time.Now().UTC(), Tenants: []*TenantSummary{}, Counts: []Count{},
+		Examples: map[Kind][]Finding{}, Explained: []Explained{}, Foreign: []Foreign{},
 		maxExamples: cfg.MaxExamples, byTenant: map[int64]*TenantSummary{}}
 }
 
@@ -188,7 +191,11 @@ func (r *Report) WriteMarkdown(w io.Writer, threshold int) error {
 		verdict = "over"
 	}
 	fmt.Fprintf(&b, "# graphsync drift report\n\n")
-	fmt.Fprintf(&b, "Checked %d tenants, %s, in %.1fs (started %s).  \n", len(r.Tenants), scope, r.Seconds, r.StartedAt.Format(time.RFC3339))
+	tenants := fmt.Sprintf("%d tenants", len(r.Tenants))
+	if len(r.Tenants) == 1 {
+		tenants = "1 tenant"
+	}
+	fmt.Fprintf(&b, "Checked %s, %s, in %.1fs (started %s).  \n", tenants, scope, r.Seconds, r.StartedAt.Format(time.RFC3339))
 	fmt.Fprintf(&b, "**Drift: %d** (%s the threshold of %d). Explained by outbox rows not applied yet: %d.\n",
 		r.DriftTotal, verdict, threshold, r.ExplainedTotal)
 	if r.SuspectsCapped > 0 {

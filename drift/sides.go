@@ -41,9 +41,10 @@ type relation struct {
 	other int64
 	out   bool
 	props map[string]any
-	// Graph side only: the relationship's and the other end's tenants, and
-	// the relationship's element id, for repair.
+	// Graph side only: the relationship's and the other end's tenants, the
+	// other end's labels, and the relationship's element id, for repair.
 	tenant, otherTenant int64
+	otherLabels         []string
 	elementID           string
 }
 
@@ -250,7 +251,7 @@ func graphChunkQuery(model graphmodel.Model, label string) string {
 			return "[]"
 		}
 		return fmt.Sprintf("[%s WHERE type(r) IN [%s] | {type: type(r), other: m.id, other_tenant: m.tenant_id, "+
-			"props: properties(r), eid: elementId(r)}]", pattern, quoteList(types))
+			"other_labels: labels(m), props: properties(r), eid: elementId(r)}]", pattern, quoteList(types))
 	}
 	return fmt.Sprintf(`MATCH (n:%s)
 WHERE n.tenant_id = $tenant AND n.id > $after AND ((n.id %% 1000003) * 7919 + $offset) %% 1000 < $share
@@ -295,6 +296,12 @@ func graphChunk(ctx context.Context, driver neo4j.DriverWithContext, database st
 				r.other, _ = m["other"].(int64)
 				r.otherTenant, _ = m["other_tenant"].(int64)
 				r.elementID, _ = m["eid"].(string)
+				labels, _ := m["other_labels"].([]any)
+				for _, l := range labels {
+					if name, ok := l.(string); ok {
+						r.otherLabels = append(r.otherLabels, name)
+					}
+				}
 				r.props, _ = m["props"].(map[string]any)
 				r.tenant, _ = r.props[graphmodel.KeyTenantID].(int64)
 				r.props = canonicalProps(r.props)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -151,7 +152,7 @@ func TestHostileQuestions(t *testing.T) {
 	questions := []string{`"`, `*`, `~`, `AND OR`, `NOT`, `kettle AND OR NOT`, `'}) DETACH DELETE n //`,
 		`"}) MATCH (n) DETACH DELETE n RETURN 1 //`, `kettle~0.5 speak* "deep bass`, `name:kettle^10 OR tenant_id:1`,
 		`\`, `(`, `[a TO z]`, `/regex/`, strings.Repeat("kettle speaker grinder ", 10_000/23+1), "",
-		"   ", "Wasserkocher für Tee ☕ 电水壶 чайник", "kettle\x00", "\u202ekettle"}
+		"   ", "Wasserkocher für Tee ☕ 电水壶 чайник", "kettle\x00", "\u202ekettle", distinctWords(10_000)}
 	for _, q := range questions {
 		res, err := r.Retrieve(ctx, g.tenant, q)
 		if err != nil {
@@ -175,6 +176,16 @@ func TestHostileQuestions(t *testing.T) {
 	if _, err := r.Retrieve(ctx, g.tenant, `'}) DETACH DELETE n //`); err != nil {
 		t.Errorf("an injection-shaped question with words is a search: %v", err)
 	}
+}
+
+// distinctWords is about n bytes of text with no word repeated: more
+// words than Lucene takes clauses (1024), were they all sent.
+func distinctWords(n int) string {
+	var b strings.Builder
+	for i := 0; b.Len() < n; i++ {
+		fmt.Fprintf(&b, "kettle%d ", i)
+	}
+	return b.String()
 }
 
 func TestUnknownTenant(t *testing.T) {

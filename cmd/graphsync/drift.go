@@ -38,6 +38,11 @@ func runDrift(ctx context.Context, args []string) error {
 	if *format != "markdown" && *format != "md" && *format != "json" {
 		return exitError{2, fmt.Sprintf("unknown format %q: want markdown or json", *format)}
 	}
+	// drift.Config reads a zero Sample as its default (every key); on the
+	// command line 0 is a mistake, not a request for a full check.
+	if !(*sampleShare > 0 && *sampleShare <= 1) {
+		return exitError{2, fmt.Sprintf("--sample must be a fraction in (0, 1], got %g", *sampleShare)}
+	}
 	if *threshold < 0 {
 		return exitError{2, fmt.Sprintf("--threshold must be >= 0, got %d", *threshold)}
 	}

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,22 +42,64 @@ func TestDriftCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	var report struct {
-		DriftTotal *int `json:"drift_total"`
+		DriftTotal *int              `json:"drift_total"`
+		Counts     []json.RawMessage `json:"counts"`
+		Explained  []json.RawMessage `json:"explained"`
+		Foreign    []json.RawMessage `json:"foreign"`
 	}
 	if err := json.Unmarshal(body, &report); err != nil || report.DriftTotal == nil || *report.DriftTotal != 0 {
 		t.Fatalf("report %s: drift_total missing or not 0 (%v)", body, err)
+	}
+	// A clean report's lists are empty lists, not null: a consumer iterates
+	// over them without a special case.
+	if report.Counts == nil || report.Explained == nil || report.Foreign == nil {
+		t.Errorf("report %s: counts, explained and foreign must be lists, even empty", body)
 	}
 	for name, args := range map[string][]string{
 		"unknown format":       append([]string{"drift", "--format", "xml"}, conn...),
 		"unknown tenant":       append([]string{"drift", "--tenant", "5000000000001"}, conn...),
 		"bad sample":           append([]string{"drift", "--sample", "2"}, conn...),
+		"zero sample":          append([]string{"drift", "--tenant", itoa(tenant), "--sample", "0"}, conn...),
+		"NaN sample":           append([]string{"drift", "--tenant", itoa(tenant), "--sample", "NaN"}, conn...),
 		"unreachable neo4j":    {"drift", "--pg-url", pgURL, "--neo4j-uri", "bolt://127.0.0.1:1"},
 		"unreachable postgres": {"drift", "--pg-url", "postgres://graphsync:secret@127.0.0.1:1/x?sslmode=disable&connect_timeout=2", "--neo4j-uri", teststack.Neo4jURI(t)},
 	} {
-		if code := run(args); code != 2 {
+		code, stderr := runCapturingStderr(t, args)
+		if code != 2 {
 			t.Errorf("%s: exit %d, want 2", name, code)
 		}
+		// One clear line: the command's name and why, no stack trace, no
+		// password.
+		if lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], "graphsync drift: ") {
+			t.Errorf("%s: standard error is not one line naming the command:\n%s", name, stderr)
+		}
+		if strings.Contains(stderr, "secret") || strings.Contains(stderr, "goroutine") {
+			t.Errorf("%s: standard error holds a password or a stack trace:\n%s", name, stderr)
+		}
 	}
+}
+
+// runCapturingStderr runs the command and returns its exit code and what it
+// wrote to standard error.
+func runCapturingStderr(t *testing.T, args []string) (int, string) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stderr
+	os.Stderr = w
+	read := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(r)
+		read <- string(b)
+	}()
+	code := run(args)
+	os.Stderr = saved
+	w.Close()
+	out := <-read
+	r.Close()
+	return code, out
 }
 
 func itoa(n int64) string {
