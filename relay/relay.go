@@ -117,17 +117,74 @@ func (r *worker) wakeAfter(d time.Duration) {
 // fewer rows than it could does not end the drain: rows held back behind a
 // failing one, deferred or just released can leave a claim short while due
 // rows remain.
+//
+// While the sink applies one batch, the next is claimed, so PostgreSQL's
+// work overlaps the sink's. The next batch cannot hold an aggregate of the
+// one in delivery (its aggregates are leased until it is settled), so
+// per-aggregate order and "mark only after the sink committed" are
+// unchanged. A batch claimed ahead is handed back uncounted when the one
+// before it failed.
 func (r *worker) drain(ctx context.Context, backoff *backoff) {
+	var ahead *claimed
 	for ctx.Err() == nil {
-		result := r.pass(ctx, func(ctx context.Context) (claimed, error) { return r.store.OutboxClaim(ctx, r.limit) })
+		var c claimed
+		if ahead != nil {
+			c, ahead = *ahead, nil
+		} else {
+			var err error
+			if c, err = r.claimPoll(ctx, r.limit); err != nil {
+				r.waitAfter(ctx, err, backoff)
+				continue
+			}
+			if c.taken() == 0 {
+				return
+			}
+		}
+		limit := r.limit // finish may change r.limit while the next claim runs
+		done := make(chan passResult, 1)
+		go func() { done <- r.finish(ctx, c) }()
+		next, nextErr := r.claimPoll(ctx, limit)
+		result := <-done
 		if result.err != nil {
+			if nextErr == nil {
+				r.handBack(ctx, next)
+			}
 			r.waitAfter(ctx, result.err, backoff)
 			continue
 		}
 		backoff.reset()
-		if result.taken == 0 {
-			return
+		switch {
+		case nextErr != nil:
+			r.waitAfter(ctx, nextErr, backoff)
+		case ctx.Err() != nil:
+			r.handBack(ctx, next)
+		case next.taken() > 0:
+			ahead = &next
 		}
+		// An empty claim ahead proves nothing yet: rows this batch released
+		// or held back are due now. The next round claims afresh.
+	}
+}
+
+// claimPoll is one timed poll claim of up to limit rows.
+func (r *worker) claimPoll(ctx context.Context, limit int) (claimed, error) {
+	start := time.Now()
+	c, err := r.store.OutboxClaim(ctx, limit)
+	r.metrics.claimDuration.Observe(time.Since(start).Seconds())
+	return c, err
+}
+
+// handBack releases a claimed batch that will not be delivered, uncounted.
+func (r *worker) handBack(ctx context.Context, c claimed) {
+	if c.taken() == 0 {
+		return
+	}
+	st := settlement{released: append(messageIDs(c.messages), messageIDs(c.unreadable)...)}
+	bookCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := r.store.OutboxSettle(bookCtx, st, c.aggregates); err != nil {
+		r.log.Warn("could not hand back a batch claimed ahead; its rows are free again when their lease runs out",
+			zap.Int("rows", len(st.released)), zap.String("error", redactLog(err.Error())))
 	}
 }
 
@@ -226,9 +283,7 @@ type passResult struct {
 // released to be claimed again in a smaller batch.
 var errSuspectBatch = errors.New("batch failed without a data error; retrying it smaller")
 
-// pass claims one batch, delivers it and records the outcome: failures
-// first, then one settling statement for the rest that also ends the leases
-// of the batch's aggregates.
+// pass claims one batch, delivers it and records the outcome.
 func (r *worker) pass(ctx context.Context, claim func(context.Context) (claimed, error)) passResult {
 	start := time.Now()
 	c, err := claim(ctx)
@@ -236,6 +291,14 @@ func (r *worker) pass(ctx context.Context, claim func(context.Context) (claimed,
 	if err != nil {
 		return passResult{err: err}
 	}
+	return r.finish(ctx, c)
+}
+
+// finish delivers a claimed batch and records the outcome: failures first,
+// then one settling statement for the rest that also ends the leases of the
+// batch's aggregates.
+func (r *worker) finish(ctx context.Context, c claimed) passResult {
+	var err error
 	taken := c.taken()
 	if taken == 0 {
 		return passResult{}
