@@ -1,0 +1,127 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// While the sink applies a batch, the relay claims the next one (drain). The
+// batch claimed ahead must hold no aggregate of the batch in delivery; when
+// the batch in delivery fails, the one claimed ahead goes back uncounted;
+// nothing is lost and every aggregate is applied in id order. Every batch
+// mixes 50 aggregates, and later batches hold later events of the aggregates
+// of earlier ones.
+func TestBatchClaimedAheadHoldsNoAggregateInDelivery(t *testing.T) {
+	for _, mode := range []WakeMode{WakePoll, WakeNotify} {
+		t.Run(string(mode), func(t *testing.T) { testClaimedAhead(t, mode) })
+	}
+}
+
+func testClaimedAhead(t *testing.T, mode WakeMode) {
+	h := newHarness(t, mode)
+	ctx := context.Background()
+	const aggregates, perAggregate = 200, 3
+	// One transaction, ids interleaved: a batch of 50 holds 50 aggregates;
+	// the batch after it (claimed ahead) holds 50 others, and the events of
+	// the first 50 aggregates come again four batches later.
+	if _, err := h.pool.Exec(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
+		SELECT 1, 'Order', g % $1, 'OrderConfirmed', jsonb_build_object('n', g) FROM generate_series(0, $2 - 1) g`,
+		aggregates, aggregates*perAggregate); err != nil {
+		t.Fatal(err)
+	}
+
+	sink := newRecordingSink()
+	var mu sync.Mutex
+	failures, overlaps := 0, 0
+	var problems []string
+	sink.fail = func() error {
+		// Called under the sink's lock, once per delivery.
+		if failures < 2 {
+			failures++
+			return fmt.Errorf("%w: neo4j unreachable", ErrSinkUnavailable)
+		}
+		return nil
+	}
+	sink.hold = func(ctx context.Context, batch []Message) {
+		inBatch := map[aggKey]bool{}
+		ids := make([]int64, len(batch))
+		for i, m := range batch {
+			inBatch[keyOf(m)] = true
+			ids[i] = m.ID
+		}
+		// Wait (bounded) for the claim ahead: rows leased outside this batch,
+		// unless nothing else is left to claim.
+		deadline := time.Now().Add(3 * time.Second)
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			var ahead, free int64
+			if err := h.pool.QueryRow(ctx, `SELECT
+				count(*) FILTER (WHERE locked_until >= now() AND NOT (id = ANY($1))),
+				count(*) FILTER (WHERE locked_until IS NULL OR locked_until < now())
+				FROM outbox_messages WHERE processed_at IS NULL`, ids).Scan(&ahead, &free); err != nil {
+				return
+			}
+			if ahead > 0 || free == 0 {
+				break
+			}
+			<-time.After(5 * time.Millisecond)
+		}
+		rows, err := h.pool.Query(ctx, `SELECT tenant_id, aggregate_type, aggregate_id FROM outbox_messages
+			WHERE processed_at IS NULL AND locked_until >= now() AND NOT (id = ANY($1))`, ids)
+		if err != nil {
+			return
+		}
+		defer rows.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		sawAhead := false
+		for rows.Next() {
+			var k aggKey
+			if err := rows.Scan(&k.tenant, &k.aggType, &k.aggID); err != nil {
+				problems = append(problems, err.Error())
+				return
+			}
+			sawAhead = true
+			if inBatch[k] {
+				problems = append(problems, fmt.Sprintf("aggregate %v is in delivery and in the batch claimed ahead", k))
+			}
+		}
+		if sawAhead {
+			overlaps++
+		}
+	}
+	h.start(sink, h.config("relay-ahead"))
+
+	eventually(t, 30*time.Second, "every row applied", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL`) == 0
+	})
+	sink.checkViolations(t)
+	mu.Lock()
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if overlaps == 0 {
+		t.Error("no batch was claimed while another was in delivery")
+	}
+	mu.Unlock()
+	if n := h.count(`SELECT count(*) FROM outbox_messages_dlq`); n != 0 {
+		t.Errorf("%d rows dead-lettered", n)
+	}
+	// The two failed deliveries and the batches claimed ahead of them were
+	// handed back uncounted: every row was counted once, when it was applied.
+	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE attempts <> 1`); n != 0 {
+		t.Errorf("%d rows with an attempt count other than 1", n)
+	}
+	last := map[aggKey]int64{}
+	for _, m := range sink.applied() {
+		if m.ID < last[keyOf(m)] {
+			t.Errorf("aggregate %v: %d applied after %d", keyOf(m), m.ID, last[keyOf(m)])
+		}
+		last[keyOf(m)] = m.ID
+	}
+	if len(last) != aggregates {
+		t.Errorf("%d aggregates applied, want %d", len(last), aggregates)
+	}
+}
