@@ -125,3 +125,54 @@ func testClaimedAhead(t *testing.T, mode WakeMode) {
 		t.Errorf("%d aggregates applied, want %d", len(last), aggregates)
 	}
 }
+
+// While a backlog exists, each full claim lets the next take twice as many
+// rows, up to BacklogBatchSize (larger Neo4j transactions); a short claim
+// returns to BatchSize, so the first batch after the backlog is small again.
+func TestBatchesGrowWhileABacklogExists(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	ctx := context.Background()
+	insert := func(rows, aggregates int) {
+		if _, err := h.pool.Exec(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
+			SELECT 1, 'Order', g % $1, 'OrderConfirmed', jsonb_build_object('n', g) FROM generate_series(0, $2 - 1) g`,
+			aggregates, rows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drained := func() {
+		eventually(t, 30*time.Second, "every row applied", func() bool {
+			return h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL`) == 0
+		})
+	}
+	sink := newRecordingSink()
+	cfg := h.config("relay-grow")
+	cfg.BatchSize, cfg.BacklogBatchSize = 50, 200
+	insert(2000, 1000)
+	h.start(sink, cfg)
+	drained()
+	batchSizes := func() []int {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		var out []int
+		for _, d := range sink.deliveries {
+			out = append(out, len(d))
+		}
+		return out
+	}
+	backlog := batchSizes()
+	largest := 0
+	for _, n := range backlog {
+		largest = max(largest, n)
+	}
+	if largest != 200 {
+		t.Errorf("largest batch during the backlog %d, want 200 (BacklogBatchSize); batches %v", largest, backlog)
+	}
+	// The drain ended on a short claim: the next backlog starts at BatchSize.
+	insert(120, 120)
+	drained()
+	after := batchSizes()[len(backlog):]
+	if len(after) == 0 || after[0] != 50 {
+		t.Errorf("first batch after the backlog: %v, want 50 (BatchSize)", after)
+	}
+	sink.checkViolations(t)
+}

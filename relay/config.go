@@ -46,6 +46,13 @@ type Config struct {
 	Workers int
 	// BatchSize is the most rows one claim takes. Default: 500.
 	BatchSize int
+	// BacklogBatchSize is the most rows one claim takes while a backlog
+	// exists: after each claim that came back full the next may take twice
+	// as many, up to this; a claim that comes back short returns to
+	// BatchSize. Larger Neo4j transactions apply more events per second;
+	// without a backlog, batches stay small and latency low. Default:
+	// 4 × BatchSize. Set it to BatchSize to keep batches fixed.
+	BacklogBatchSize int
 	// PollInterval is the poll mode's period and the notify mode's safety
 	// net. Default: 500ms.
 	PollInterval time.Duration
@@ -102,6 +109,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 500
+	}
+	if c.BacklogBatchSize == 0 {
+		c.BacklogBatchSize = 4 * c.BatchSize
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = 500 * time.Millisecond
@@ -168,6 +178,9 @@ func (c Config) validate() error {
 		if v <= 0 {
 			errs = append(errs, fmt.Errorf("relay %s must be positive", name))
 		}
+	}
+	if c.BacklogBatchSize < c.BatchSize {
+		errs = append(errs, fmt.Errorf("relay backlog batch size %d is smaller than the batch size %d", c.BacklogBatchSize, c.BatchSize))
 	}
 	if c.Lease > 0 && c.Lease < 300*time.Millisecond {
 		errs = append(errs, fmt.Errorf("relay lease %s is too short to renew (minimum 300ms)", c.Lease))

@@ -153,6 +153,7 @@ func (r *worker) drain(ctx context.Context, backoff *backoff) {
 			continue
 		}
 		backoff.reset()
+		r.sizeForBacklog(c.taken(), c.limit)
 		switch {
 		case nextErr != nil:
 			r.waitAfter(ctx, nextErr, backoff)
@@ -166,11 +167,26 @@ func (r *worker) drain(ctx context.Context, backoff *backoff) {
 	}
 }
 
+// sizeForBacklog sets the next claim's limit after a claim that could take
+// limit rows took taken: a full claim means a backlog, so the next may take twice as
+// many (up to BacklogBatchSize); a short one returns to BatchSize. A limit
+// below BatchSize (a suspect batch being split down) is left to deliver.
+func (r *worker) sizeForBacklog(taken, limit int) {
+	switch {
+	case r.limit < r.cfg.BatchSize:
+	case taken >= limit:
+		r.limit = min(r.cfg.BacklogBatchSize, max(r.limit, limit*2))
+	default:
+		r.limit = r.cfg.BatchSize
+	}
+}
+
 // claimPoll is one timed poll claim of up to limit rows.
 func (r *worker) claimPoll(ctx context.Context, limit int) (claimed, error) {
 	start := time.Now()
 	c, err := r.store.OutboxClaim(ctx, limit)
 	r.metrics.claimDuration.Observe(time.Since(start).Seconds())
+	c.limit = limit
 	return c, err
 }
 
@@ -223,11 +239,13 @@ func (r *worker) awaitVisible(ctx context.Context, ids []int64) error {
 	}
 }
 
-// gatherStream merges stream batches already waiting, up to BatchSize rows.
+// gatherStream merges stream batches already waiting, up to
+// BacklogBatchSize rows: batches waiting are a backlog, and nothing waits
+// for more to come.
 func (r *worker) gatherStream(first streamBatch, stream <-chan streamBatch) []streamBatch {
 	batches := []streamBatch{first}
 	size := len(first.ids)
-	for size < r.cfg.BatchSize {
+	for size < r.cfg.BacklogBatchSize {
 		select {
 		case next := <-stream:
 			batches = append(batches, next)
@@ -248,7 +266,11 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 	}
 	// A large transaction is delivered in chunks, in commit order.
 	for len(ids) > 0 && ctx.Err() == nil {
-		chunk := ids[:min(len(ids), r.limit)]
+		limit := r.limit
+		if limit >= r.cfg.BatchSize {
+			limit = r.cfg.BacklogBatchSize // what was gathered is a backlog already
+		}
+		chunk := ids[:min(len(ids), limit)]
 		// Logical decoding can hand over a commit a moment before it is
 		// visible to other snapshots; a row claimed too early would be
 		// missed and block its aggregate until the fallback poll. Visibility
@@ -366,7 +388,9 @@ func (r *worker) deliver(ctx context.Context, batch []Message, aggs aggregates) 
 		return settlement{released: ids}, r.sinkFailed(bookCtx, batch, sinkErr)
 	}
 	r.health.sinkWorks()
-	r.limit = min(r.cfg.BatchSize, r.limit*2)
+	if r.limit < r.cfg.BatchSize {
+		r.limit = min(r.cfg.BatchSize, r.limit*2) // back from a split-down
+	}
 	var st settlement
 	var failed []Message
 	var notApplied error

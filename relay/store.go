@@ -34,6 +34,8 @@ type claimed struct {
 	// aggregates are the aggregates the claim leased: every row it took
 	// belongs to one. Settling the batch ends their leases.
 	aggregates aggregates
+	// limit is the most rows the claim could take (poll claims).
+	limit int
 }
 
 // taken is how many rows the claim took (to deliver, failed or dead-lettered).

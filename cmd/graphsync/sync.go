@@ -47,6 +47,7 @@ func (f *syncFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.relay.ID, "relay-id", "", "this process's name in outbox_messages.locked_by (default host-pid-random)")
 	fs.IntVar(&f.relay.Workers, "workers", 1, "concurrent claim-deliver loops in this process")
 	fs.IntVar(&f.relay.BatchSize, "batch-size", 500, "most rows per claim and per Neo4j transaction")
+	fs.IntVar(&f.relay.BacklogBatchSize, "backlog-batch-size", 0, "most rows per claim and per Neo4j transaction while a backlog exists: full claims double the batch up to this (default 4 × --batch-size; equal to --batch-size keeps batches fixed)")
 	fs.DurationVar(&f.relay.PollInterval, "poll-interval", 500*time.Millisecond, "poll period (poll mode) and safety net (notify mode)")
 	fs.DurationVar(&f.relay.FallbackPollInterval, "fallback-poll-interval", 30*time.Second, "stream mode's poll for rows the stream missed")
 	fs.DurationVar(&f.relay.Lease, "lease", 15*time.Second, "how long a claim holds rows before another relay may take them over")
@@ -150,7 +151,7 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
 	}
 	cfg := rel.Config()
 	log.Info("graphsync sync starting", zap.String("wake", string(cfg.Wake)), zap.String("relay_id", cfg.ID),
-		zap.Int("batch_size", cfg.BatchSize), zap.Int("workers", cfg.Workers),
+		zap.Int("batch_size", cfg.BatchSize), zap.Int("backlog_batch_size", cfg.BacklogBatchSize), zap.Int("workers", cfg.Workers),
 		zap.String("postgres", RedactURL(f.conn.pgURL)), zap.String("neo4j", RedactURL(f.conn.neo4jURI)))
 
 	runCtx, cancelRun := context.WithCancel(ctx)
