@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -271,4 +272,68 @@ func (c *capturedLogs) entries(msg string) []string {
 		}
 	}
 	return found
+}
+
+// Issue 12, point 1 ("when the first half commits and the second half meets
+// an outage, Deliver returns an error although something was applied") and
+// the first Deliver bullet: the projector now reports such a batch with
+// err == nil, the rest rejected with ErrNotApplied (projector's
+// TestOutageMidBisection), and the conformance suite's OutageMidBatch only
+// covers an outage before anything is applied. Here the relay's side: the
+// applied half is marked processed, the rest handed back uncounted, with no
+// last_error, and delivered once the sink is back.
+func TestIssue12PartlyAppliedBatch(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	var ids []int64
+	err := pgx.BeginFunc(context.Background(), h.pool, func(tx pgx.Tx) error {
+		for i := range 8 {
+			id, err := insert(context.Background(), tx, event{1, "Order", int64(i), "OrderConfirmed", `{}`})
+			if err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	calls := 0
+	applied := map[int64]int{}
+	sink := SinkFunc(func(ctx context.Context, batch []Message) (map[int64]error, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		rejected := map[int64]error{}
+		for i, m := range batch {
+			if calls == 1 && i >= len(batch)/2 {
+				rejected[m.ID] = fmt.Errorf("%w: %w: connection reset", ErrNotApplied, ErrSinkUnavailable)
+				continue
+			}
+			applied[m.ID]++
+		}
+		return rejected, nil
+	})
+	cfg := h.config("relay-partial")
+	h.start(sink, cfg)
+	eventually(t, 15*time.Second, "every row processed", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL`) == 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if calls < 2 {
+		t.Fatalf("%d deliveries, the test proves nothing", calls)
+	}
+	for _, id := range ids {
+		if applied[id] != 1 {
+			t.Errorf("outbox id %d applied %d times, want once", id, applied[id])
+		}
+	}
+	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE attempts > 1 OR last_error IS NOT NULL`); n != 0 {
+		t.Errorf("%d rows counted or given a last_error for an outage", n)
+	}
+	if n := h.count(`SELECT count(*) FROM outbox_messages_dlq`); n != 0 {
+		t.Errorf("%d rows dead-lettered", n)
+	}
 }
