@@ -337,3 +337,56 @@ func TestIssue12PartlyAppliedBatch(t *testing.T) {
 		t.Errorf("%d rows dead-lettered", n)
 	}
 }
+
+// Issue 12, point 8 ("a short claim must not end the drain") has a side
+// effect in stream mode: worker 0 serves both the stream and the fallback
+// poll's drain, and the drain now runs until a claim takes nothing. Under a
+// steady write rate every claim finds the rows committed since the last one,
+// so the drain never ends, the stream's transactions are never handled, the
+// stream stalls and reconnects every StandbyStatusInterval and the slot
+// never confirms (e2e TestChaos/stream: "waiting for the stream to resume
+// slot"). The stream must keep confirming while rows are written steadily.
+func TestIssue12StreamKeepsConfirmingUnderSteadyWrites(t *testing.T) {
+	h := newHarness(t, WakeStream)
+	sink := newRecordingSink()
+	sink.hold = func(ctx context.Context, _ []Message) {
+		select { // a sink's write takes a while
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	cfg := h.config("relay-steady")
+	cfg.StreamStallTimeout = time.Second
+	h.start(sink, cfg)
+	eventually(t, 10*time.Second, "the stream connected", func() bool {
+		return h.count(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active`, h.slot) == 1
+	})
+	stop := make(chan struct{})
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		ticker := time.NewTicker(5 * time.Millisecond)
+		defer ticker.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-ticker.C:
+			}
+			if _, err := h.pool.Exec(context.Background(), `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
+				VALUES (1, 'Order', $1, 'OrderConfirmed', '{}')`, i%20); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-writerDone
+	}()
+	<-time.After(2 * time.Second)
+	mark := h.currentLSN()
+	eventually(t, 5*time.Second, "the slot confirmed past a position taken while rows are written steadily", func() bool {
+		return h.lsnAtLeast(mark)
+	})
+}
