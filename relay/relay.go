@@ -90,15 +90,23 @@ func (r *Relay) Run(ctx context.Context) error {
 func (r *worker) work(ctx context.Context, wake <-chan struct{}, stream <-chan streamBatch) error {
 	backoff := newBackoff(r.cfg.SinkBackoff, r.cfg.SinkBackoffMax)
 	for {
+		// Stream batches go first: they carry the slot's confirmation, and
+		// a drain gives way to them (see drain).
+		select {
+		case first := <-stream:
+			r.streamPass(ctx, r.gatherStream(first, stream), backoff)
+			continue
+		default:
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case first := <-stream:
 			r.streamPass(ctx, r.gatherStream(first, stream), backoff)
 		case <-wake:
-			r.drain(ctx, backoff)
+			r.drain(ctx, backoff, stream)
 		case <-r.rewake:
-			r.drain(ctx, backoff)
+			r.drain(ctx, backoff, stream)
 		}
 	}
 }
@@ -124,9 +132,19 @@ func (r *worker) wakeAfter(d time.Duration) {
 // per-aggregate order and "mark only after the sink committed" are
 // unchanged. A batch claimed ahead is handed back uncounted when the one
 // before it failed.
-func (r *worker) drain(ctx context.Context, backoff *backoff) {
+//
+// The worker that serves the replication stream also drains for the
+// fallback poll. Under steady writes a drain never meets an empty claim, so
+// it gives way as soon as stream batches wait (it claims nothing more, and
+// asks to be woken again after them): otherwise the stream's rows would wait
+// behind it, unconfirmed, and the slot would hold the WAL back.
+func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan streamBatch) {
 	var ahead *claimed
 	for ctx.Err() == nil {
+		if ahead == nil && len(stream) > 0 {
+			r.wakeAfter(0)
+			return
+		}
 		var c claimed
 		if ahead != nil {
 			c, ahead = *ahead, nil
@@ -143,7 +161,11 @@ func (r *worker) drain(ctx context.Context, backoff *backoff) {
 		limit := r.limit // finish may change r.limit while the next claim runs
 		done := make(chan passResult, 1)
 		go func() { done <- r.finish(ctx, c) }()
-		next, nextErr := r.claimPoll(ctx, limit)
+		var next claimed
+		var nextErr error
+		if len(stream) == 0 {
+			next, nextErr = r.claimPoll(ctx, limit)
+		}
 		result := <-done
 		if result.err != nil {
 			if nextErr == nil {
