@@ -19,9 +19,11 @@ type Config struct {
 	// MetricsNamespace prefixes the metric names. Default: "graphsync".
 	MetricsNamespace string
 	// TxTimeout bounds each Neo4j write transaction on the server, so a
-	// transaction stuck behind someone else's lock is given up (and the batch
-	// retried later, uncounted) instead of holding its rows' lease forever.
-	// Default: 60s.
+	// transaction stuck behind someone else's lock is given up instead of
+	// holding its rows' lease forever. A timeout is suspect (docs/adr/0006):
+	// the relay retries the batch in halves, uncounted, and a single event
+	// that still times out counts an attempt, so one that always times out
+	// reaches the DLQ instead of stalling the relay. Default: 60s.
 	TxTimeout time.Duration
 	// Limits bound one event (payload size, order lines); an event over a
 	// limit is rejected with the limit named. Defaults: events.Limits'.

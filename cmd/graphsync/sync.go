@@ -69,7 +69,7 @@ func (f *syncFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.notifyTrigger, "notify-trigger", true, "notify mode: install the outbox NOTIFY trigger at start")
 	fs.IntVar(&f.projector.Limits.MaxPayloadBytes, "max-payload-bytes", events.DefaultMaxPayloadBytes, "an event whose payload is larger is rejected (and ends in the DLQ) naming the limit")
 	fs.IntVar(&f.projector.Limits.MaxOrderLines, "max-order-lines", events.DefaultMaxOrderLines, "an OrderPlaced with more lines is rejected (and ends in the DLQ) naming the limit")
-	fs.DurationVar(&f.projector.TxTimeout, "neo4j-tx-timeout", time.Minute, "server-side timeout of each Neo4j write transaction; a batch that times out is retried later, uncounted")
+	fs.DurationVar(&f.projector.TxTimeout, "neo4j-tx-timeout", time.Minute, "server-side timeout of each Neo4j write transaction; a batch that times out is retried in halves, uncounted, down to the event, whose attempt then counts")
 }
 
 func runSync(ctx context.Context, args []string) error {
