@@ -176,3 +176,67 @@ func TestBatchesGrowWhileABacklogExists(t *testing.T) {
 	}
 	sink.checkViolations(t)
 }
+
+// A backlog of hot aggregates: half the rows belong to 10 aggregates, so a
+// batch claimed ahead often finds them in flight and takes only the other
+// half of its window. Batches still grow to BacklogBatchSize, and every
+// aggregate is applied in order.
+func TestBatchesGrowBehindHotAggregatesInFlight(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	ctx := context.Background()
+	if _, err := h.pool.Exec(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
+		SELECT 1, 'Product', CASE WHEN g % 2 = 0 THEN g % 10 ELSE 1000 + g END, 'ProductRepriced', jsonb_build_object('n', g)
+		FROM generate_series(0, 3999) g`); err != nil {
+		t.Fatal(err)
+	}
+	sink := newRecordingSink()
+	cfg := h.config("relay-hot")
+	cfg.BatchSize, cfg.BacklogBatchSize = 50, 400
+	h.start(sink, cfg)
+	eventually(t, 60*time.Second, "every row applied", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL`) == 0
+	})
+	sink.checkViolations(t)
+	sink.mu.Lock()
+	largest := 0
+	var sizes []int
+	for _, d := range sink.deliveries {
+		largest = max(largest, len(d))
+		sizes = append(sizes, len(d))
+	}
+	sink.mu.Unlock()
+	if largest != 400 {
+		t.Errorf("largest batch behind hot aggregates %d, want 400 (BacklogBatchSize): %v", largest, sizes)
+	}
+	last := map[aggKey]int64{}
+	for _, m := range sink.applied() {
+		if m.ID < last[keyOf(m)] {
+			t.Errorf("aggregate %v: %d applied after %d", keyOf(m), m.ID, last[keyOf(m)])
+		}
+		last[keyOf(m)] = m.ID
+	}
+}
+
+// The sizing rule itself: a claim whose window was full is a backlog even
+// when it took fewer rows (rows of aggregates in flight are in the window
+// but not taken); a window short of the limit ends it.
+func TestSizeForBacklog(t *testing.T) {
+	cfg := Config{BatchSize: 50, BacklogBatchSize: 400}
+	for _, c := range []struct {
+		name                 string
+		limit, window, start int
+		want                 int
+	}{
+		{"full window doubles", 50, 50, 50, 100},
+		{"full window, few taken, still doubles", 100, 100, 100, 200},
+		{"capped at BacklogBatchSize", 400, 400, 400, 400},
+		{"short window returns to BatchSize", 200, 120, 400, 50},
+		{"split-down left to deliver", 50, 50, 12, 12},
+	} {
+		w := &worker{Relay: &Relay{cfg: cfg}, limit: c.start}
+		w.sizeForBacklog(c.window, c.limit)
+		if w.limit != c.want {
+			t.Errorf("%s: limit %d after a window of %d of %d (from %d), want %d", c.name, w.limit, c.window, c.limit, c.start, c.want)
+		}
+	}
+}

@@ -175,7 +175,7 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 			continue
 		}
 		backoff.reset()
-		r.sizeForBacklog(c.taken(), c.limit)
+		r.sizeForBacklog(c.window, c.limit)
 		switch {
 		case nextErr != nil:
 			r.waitAfter(ctx, nextErr, backoff)
@@ -189,14 +189,16 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 	}
 }
 
-// sizeForBacklog sets the next claim's limit after a claim that could take
-// limit rows took taken: a full claim means a backlog, so the next may take twice as
-// many (up to BacklogBatchSize); a short one returns to BatchSize. A limit
-// below BatchSize (a suspect batch being split down) is left to deliver.
-func (r *worker) sizeForBacklog(taken, limit int) {
+// sizeForBacklog sets the next claim's limit after a claim that could look
+// at limit due rows looked at window: a full window means a backlog (even
+// when rows of aggregates in flight left the batch itself short), so the
+// next may take twice as many (up to BacklogBatchSize); a short one returns
+// to BatchSize. A limit below BatchSize (a suspect batch being split down)
+// is left to deliver.
+func (r *worker) sizeForBacklog(window, limit int) {
 	switch {
 	case r.limit < r.cfg.BatchSize:
-	case taken >= limit:
+	case window >= limit:
 		r.limit = min(r.cfg.BacklogBatchSize, max(r.limit, limit*2))
 	default:
 		r.limit = r.cfg.BatchSize

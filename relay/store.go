@@ -34,8 +34,9 @@ type claimed struct {
 	// aggregates are the aggregates the claim leased: every row it took
 	// belongs to one. Settling the batch ends their leases.
 	aggregates aggregates
-	// limit is the most rows the claim could take (poll claims).
-	limit int
+	// limit is the most rows the claim could take (poll claims), and
+	// window how many due rows it looked at (0 when it took nothing).
+	limit, window int
 }
 
 // taken is how many rows the claim took (to deliver, failed or dead-lettered).
@@ -114,6 +115,7 @@ func (s *store) claim(ctx context.Context, statement string, arg any) (claimed, 
 		msg       Message
 		problem   error
 		lastError string
+		window    int64
 	}
 	var takenRows []taken
 	err := func() error {
@@ -130,8 +132,10 @@ func (s *store) claim(ctx context.Context, statement string, arg any) (claimed, 
 		// taken as bytes (decoding is the sink's job, per event) and the
 		// timestamp as a value that can be infinite.
 		takenRows, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (taken, error) {
-			m, problem, lastError, err := scanMessage(row)
-			return taken{m, problem, lastError}, err
+			var t taken
+			var err error
+			t.msg, t.problem, t.lastError, err = scanMessage(row, &t.window)
+			return t, err
 		})
 		if err != nil {
 			return err
@@ -147,6 +151,7 @@ func (s *store) claim(ctx context.Context, statement string, arg any) (claimed, 
 	var reasons []string
 	for _, t := range takenRows {
 		m := t.msg
+		result.window = int(t.window)
 		result.aggregates.add(seen, m)
 		switch {
 		case int(m.Attempts) > s.cfg.MaxAttempts:
@@ -191,13 +196,13 @@ func exhaustedReason(maxAttempts int, lastError string) string {
 // scanMessage reads one taken row. problem is set for a row that cannot be
 // handed to a sink; err only for a failure of the scan itself. lastError is
 // the error recorded for the row's previous attempt, if any.
-func scanMessage(row pgx.CollectableRow) (m Message, problem error, lastError string, err error) {
+func scanMessage(row pgx.CollectableRow, window *int64) (m Message, problem error, lastError string, err error) {
 	var trace, last pgtype.Text
 	var occurred pgtype.Timestamptz
 	var payload []byte
 	var tenantKnown bool
 	err = row.Scan(&m.ID, &m.TenantID, &m.AggregateType, &m.AggregateID, &m.EventType,
-		&m.EventVersion, &payload, &occurred, &m.Attempts, &trace, &tenantKnown, &last)
+		&m.EventVersion, &payload, &occurred, &m.Attempts, &trace, &tenantKnown, &last, window)
 	if err != nil {
 		return m, nil, "", err
 	}

@@ -117,7 +117,10 @@ RETURNING m.id, m.tenant_id, m.aggregate_type, m.aggregate_id, m.event_type,
           -- graph must hold no tenant the truth does not.
           EXISTS (SELECT 1 FROM tenants t WHERE t.id = m.tenant_id) AS tenant_known,
           -- Kept in the DLQ reason of a row whose last attempt died unanswered.
-          m.last_error;
+          m.last_error,
+          -- How many rows the window held: a full window is a backlog, even
+          -- when rows of aggregates in flight left the batch short.
+          (SELECT count(*) FROM win) AS window_rows;
 
 -- name: OutboxSettle
 -- Ends a batch in one statement: $1 ids applied (marked processed), $2 ids
