@@ -151,6 +151,9 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 		} else {
 			var err error
 			if c, err = r.claimPoll(ctx, r.limit); err != nil {
+				if ctx.Err() != nil {
+					return // stopping: a cancelled claim is no failure
+				}
 				r.waitAfter(ctx, err, backoff)
 				continue
 			}
@@ -177,10 +180,12 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 		backoff.reset()
 		r.sizeForBacklog(c.window, c.limit)
 		switch {
+		case ctx.Err() != nil:
+			if nextErr == nil {
+				r.handBack(ctx, next)
+			}
 		case nextErr != nil:
 			r.waitAfter(ctx, nextErr, backoff)
-		case ctx.Err() != nil:
-			r.handBack(ctx, next)
 		case next.taken() > 0:
 			ahead = &next
 		}
