@@ -25,11 +25,12 @@ var benchSizes = flag.String("rebuild-nodes", "100000,1000000", "BenchmarkRebuil
 // ProductUpdated per product, one OrderPlaced per order), then measures in
 // the same run, each into an emptied graph:
 //   - the ceiling: the same nodes and relationships written by plain
-//     UNWIND ... MERGE statements, 2000 rows a transaction, before and
-//     after the rebuilds (the faster counts);
-//   - graphsync rebuild --source snapshot and --source replay: the base
-//     phase (the ceiling's work) and the whole command (sweep and check
-//     included);
+//     UNWIND ... MERGE statements, DefaultChunkSize rows a transaction (the
+//     rebuilds' chunk size), before and after the rebuilds (the faster
+//     counts);
+//   - graphsync rebuild --source snapshot and --source replay, chunks of
+//     DefaultChunkSize: the base phase (the ceiling's work) and the whole
+//     command (sweep and check included);
 //   - the peak RSS of `graphsync rebuild` as a process.
 //
 // Run it with `make bench-rebuild`.
@@ -79,7 +80,7 @@ func benchRebuildSize(b *testing.B, binary string, size int) string {
 	measureCeiling := func() {
 		wipe(b, driver, tenants)
 		start := time.Now()
-		writeCeiling(b, driver, shape)
+		writeCeiling(b, driver, shape, DefaultChunkSize)
 		if took := time.Since(start); ceiling == 0 || took < ceiling {
 			ceiling = took
 		}
@@ -94,7 +95,7 @@ func benchRebuildSize(b *testing.B, binary string, size int) string {
 			if err != nil {
 				b.Fatal(err)
 			}
-			rb, err := New(pool, driver, Config{Source: source, Sink: sink, RecheckAfter: time.Millisecond}, zap.NewNop())
+			rb, err := New(pool, driver, Config{Source: source, ChunkSize: DefaultChunkSize, Sink: sink, RecheckAfter: time.Millisecond}, zap.NewNop())
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -112,18 +113,20 @@ func benchRebuildSize(b *testing.B, binary string, size int) string {
 	b.StopTimer()
 	for _, source := range []Source{SourceSnapshot, SourceReplay} {
 		res := results[source]
-		b.Logf("%d nodes: %s base %s (%.2fx the ceiling's rate), whole command %s (%.2fx); %d %s read",
-			size, source, res.BaseTook.Round(time.Millisecond), ceiling.Seconds()/res.BaseTook.Seconds(),
-			res.Took.Round(time.Millisecond), ceiling.Seconds()/res.Took.Seconds(), res.Done, map[Source]string{SourceSnapshot: "rows", SourceReplay: "events"}[source])
+		unit := map[Source]string{SourceSnapshot: "rows", SourceReplay: "events"}[source]
+		b.Logf("%d nodes: %s base %s, %.0f %s/s (%.2fx the ceiling's rate), whole command %s (%.2fx); %d %s read",
+			size, source, res.BaseTook.Round(time.Millisecond), float64(res.Done)/res.BaseTook.Seconds(), unit,
+			ceiling.Seconds()/res.BaseTook.Seconds(), res.Took.Round(time.Millisecond), ceiling.Seconds()/res.Took.Seconds(), res.Done, unit)
 		b.ReportMetric(ceiling.Seconds()/res.BaseTook.Seconds(), string(source)+"-base/ceiling")
 		b.ReportMetric(ceiling.Seconds()/res.Took.Seconds(), string(source)+"-total/ceiling")
 	}
-	b.Logf("%d nodes: ceiling (plain UNWIND ... MERGE of the same graph) %s", size, ceiling.Round(time.Millisecond))
+	b.Logf("%d nodes: ceiling (plain UNWIND ... MERGE of the same graph, %d rows a transaction) %s", size, DefaultChunkSize, ceiling.Round(time.Millisecond))
 	b.ReportMetric(ceiling.Seconds(), "ceiling-s")
 
 	// Peak RSS of the command as a user runs it, into an emptied graph.
 	wipe(b, driver, tenants)
-	cmd := exec.Command(binary, "rebuild", "--source", "snapshot", "--recheck-after", "1ms", "--log-level", "error", "--progress", "log")
+	cmd := exec.Command(binary, "rebuild", "--source", "snapshot", "--chunk-size", fmt.Sprint(DefaultChunkSize), "--recheck-after", "1ms",
+		"--log-level", "error", "--progress", "log")
 	cmd.Env = append(os.Environ(), "GRAPHSYNC_PG_URL="+pgURL, "GRAPHSYNC_NEO4J_URI="+teststack.Neo4jURI(b))
 	peak, out, err := benchdata.PeakRSS(cmd)
 	if err != nil {
@@ -133,11 +136,10 @@ func benchRebuildSize(b *testing.B, binary string, size int) string {
 	return fmt.Sprintf("%d nodes %.1f MiB", size, peak)
 }
 
-// writeCeiling writes the graph fillBench implies with the plainest
-// statements: UNWIND ... MERGE ... SET n += props, 2000 rows a transaction.
-func writeCeiling(b *testing.B, driver neo4j.DriverWithContext, s benchdata.Shape) {
+// writeCeiling writes the graph benchdata.Fill implies with the plainest
+// statements: UNWIND ... MERGE ... SET n += props, chunk rows a transaction.
+func writeCeiling(b *testing.B, driver neo4j.DriverWithContext, s benchdata.Shape, chunk int) {
 	ctx := context.Background()
-	const chunk = 2000
 	write := func(text string, rows []map[string]any) {
 		for len(rows) > 0 {
 			n := min(chunk, len(rows))

@@ -32,6 +32,11 @@ func ParseSource(s string) (Source, error) {
 	return "", fmt.Errorf("unknown source %q: want auto, replay or snapshot", s)
 }
 
+// DefaultChunkSize is how many rows (snapshot) or events (replay) a chunk
+// reads, writes and checkpoints: Config.ChunkSize 0 and
+// `graphsync rebuild --chunk-size` both default to it.
+const DefaultChunkSize = 2000
+
 // Config of a rebuild. The zero value of each field means its default.
 type Config struct {
 	// TenantID limits the rebuild to one tenant; every other tenant's
@@ -40,7 +45,7 @@ type Config struct {
 	// Source of the base state. Default: SourceAuto.
 	Source Source
 	// ChunkSize is how many rows (snapshot) or events (replay) one chunk
-	// reads and writes. Default: 5000.
+	// reads and writes. Default: DefaultChunkSize.
 	ChunkSize int
 	// Sink applies replayed events: the projector sync uses. Required.
 	Sink relay.Sink
@@ -60,7 +65,7 @@ func (c Config) withDefaults() Config {
 		c.Source = SourceAuto
 	}
 	if c.ChunkSize == 0 {
-		c.ChunkSize = 5000
+		c.ChunkSize = DefaultChunkSize
 	}
 	if c.RecheckAfter == 0 {
 		c.RecheckAfter = 2 * time.Second

@@ -5,17 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 	"go.uber.org/zap/zaptest"
 
+	"graphsync/events"
 	"graphsync/internal/synctest"
 	"graphsync/internal/teststack"
 	"graphsync/projector"
 	"graphsync/relay"
+	gsql "graphsync/sql"
 	"graphsync/workload"
 )
 
@@ -335,4 +340,298 @@ func TestOverlappingRebuildsAreRefused(t *testing.T) {
 		t.Fatalf("a rebuild of tenant %d while tenant %d rebuilds: %v", tenants[1], tenants[0], err)
 	}
 	other()
+}
+
+// changeProduct makes a business change and writes its event in tx, as a
+// producer does: the product's category renamed, its description changed
+// (version + 1), and the ProductUpdated carrying the new state. It returns
+// the event's outbox id and the product's new version.
+func changeProduct(t *testing.T, tx pgx.Tx, tenant, product int64, what string) (outboxID, version int64) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := tx.Exec(ctx, `UPDATE categories SET name = $3 WHERE tenant_id = $1
+		AND id = (SELECT category_id FROM products WHERE tenant_id = $1 AND id = $2)`, tenant, product, "category "+what); err != nil {
+		t.Fatal(err)
+	}
+	var s events.ProductState
+	var categoryID pgtype.Int8
+	var categoryName pgtype.Text
+	err := tx.QueryRow(ctx, `WITH p AS (
+		  UPDATE products SET description = $3, version = version + 1, updated_at = now()
+		  WHERE tenant_id = $1 AND id = $2
+		  RETURNING tenant_id, id, version, sku, name, description, category_id, price_cents, currency, status)
+		SELECT p.id, p.version, p.sku, p.name, p.description, p.category_id, c.name, p.price_cents, p.currency, p.status
+		FROM p LEFT JOIN categories c ON c.tenant_id = p.tenant_id AND c.id = p.category_id`, tenant, product, "description "+what).
+		Scan(&s.ID, &s.Version, &s.SKU, &s.Name, &s.Description, &categoryID, &categoryName, &s.PriceCents, &s.Currency, &s.Status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if categoryID.Valid {
+		s.Category = &events.CategoryRef{ID: categoryID.Int64, Name: categoryName.String}
+	}
+	if err := events.Enqueue(ctx, tx, tenant, events.ProductUpdated{ProductState: s}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, `SELECT max(id) FROM outbox_messages WHERE tenant_id = $1 AND aggregate_id = $2`, tenant, product).Scan(&outboxID); err != nil {
+		t.Fatal(err)
+	}
+	return outboxID, s.Version
+}
+
+// productWithCategory is the tenant's first product that has a category.
+func productWithCategory(t *testing.T, pool *pgxpool.Pool, tenant int64) int64 {
+	t.Helper()
+	return count(t, pool, `SELECT id FROM products WHERE tenant_id = $1 AND category_id IS NOT NULL ORDER BY id LIMIT 1`, tenant)
+}
+
+// graphProduct is what the graph holds of a product and its category.
+type graphProduct struct {
+	Description string
+	Version     int64
+	Category    string
+	// The outbox ids of the events that wrote the product and the
+	// category last (their guards).
+	ProductOutboxID, CategoryOutboxID int64
+}
+
+func readGraphProduct(t *testing.T, driver neo4j.DriverWithContext, tenant, product int64) graphProduct {
+	t.Helper()
+	res, err := neo4j.ExecuteQuery(context.Background(), driver, `MATCH (p:Product {tenant_id: $t, id: $id})
+		OPTIONAL MATCH (p)-[:IN_CATEGORY]->(c:Category)
+		RETURN p.description AS description, p.sync_version AS version, p.sync_outbox_id AS product_outbox,
+		       c.name AS category, c.sync_outbox_id AS category_outbox`,
+		map[string]any{"t": tenant, "id": product}, neo4j.EagerResultTransformer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Records) != 1 {
+		t.Fatalf("product %d of tenant %d: %d nodes in the graph, want 1", product, tenant, len(res.Records))
+	}
+	rec := res.Records[0]
+	var g graphProduct
+	g.Description, _, _ = neo4j.GetRecordValue[string](rec, "description")
+	g.Version, _, _ = neo4j.GetRecordValue[int64](rec, "version")
+	g.ProductOutboxID, _, _ = neo4j.GetRecordValue[int64](rec, "product_outbox")
+	g.Category, _, _ = neo4j.GetRecordValue[string](rec, "category")
+	g.CategoryOutboxID, _, _ = neo4j.GetRecordValue[int64](rec, "category_outbox")
+	return g
+}
+
+// checkNoDrift runs the boundary review of one tenant, without repair.
+func checkNoDrift(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, tenant int64, what string) {
+	t.Helper()
+	b, err := New(pool, driver, Config{TenantID: tenant, Sink: relay.SinkFunc(nil), RecheckAfter: 200 * time.Millisecond}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, err := b.checker.Run(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report.DriftTotal != 0 {
+		var md strings.Builder
+		_ = report.WriteMarkdown(&md, 0)
+		t.Errorf("%s: drift %d\n%s", what, report.DriftTotal, md.String())
+	}
+}
+
+// A transaction that is open when the snapshot starts reading, and commits
+// after, has its business change and its event (a product's new version
+// and its category's new name) both outside the snapshot: its event,
+// applied by sync after the rebuild read, is not lost, and the snapshot's
+// older read of the same rows does not undo it. The result is the state a
+// replay that applies every event once gives.
+func TestTransactionHeldAcrossTheSnapshotStart(t *testing.T) {
+	pool, driver := stack(t)
+	ctx := context.Background()
+	startSync(t, pool, driver, "sync-a")
+	tenant := writeWorkload(t, pool, driver, workload.Config{Seed: 23, Tenants: 1, Orders: 60, Writers: 1})[0]
+	waitCaughtUp(t, pool)
+	product := productWithCategory(t, pool, tenant)
+
+	held, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Rollback(ctx) //nolint:errcheck // committed below
+	event, version := changeProduct(t, held, tenant, product, "held across the snapshot")
+
+	type outcome struct {
+		res *Result
+		err error
+	}
+	// The rebuild runs beside the test; a test that fails early stops it
+	// and waits for it before it ends.
+	done, finished := make(chan outcome, 1), make(chan struct{})
+	rebuildCtx, stopRebuild := context.WithCancel(ctx)
+	t.Cleanup(func() { stopRebuild(); <-finished })
+	go func() {
+		defer close(finished)
+		sink, err := projector.New(driver, projector.Config{}, zaptest.NewLogger(t))
+		if err != nil {
+			done <- outcome{nil, err}
+			return
+		}
+		b, err := New(pool, driver, Config{TenantID: tenant, Source: SourceSnapshot, ChunkSize: 10, Sink: sink,
+			RecheckAfter: 200 * time.Millisecond}, zaptest.NewLogger(t))
+		if err != nil {
+			done <- outcome{nil, err}
+			return
+		}
+		res, err := b.Run(rebuildCtx)
+		done <- outcome{res, err}
+	}()
+	// The first chunk (categories) was read in a snapshot that does not see
+	// the held transaction when its write waits for that transaction to
+	// end (the reference watermark): then commit it.
+	waiting := func() bool {
+		return count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = $1`,
+			gsql.Query("RebuildXactsEnded")) > 0
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !waiting() {
+		select {
+		case o := <-done:
+			t.Fatalf("the rebuild ended (%v) without waiting for the transaction open at its read", o.err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the rebuild did not read a chunk within 60s")
+		}
+	}
+	if err := held.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	requireNoDrift(t, o.res, "snapshot around the held transaction")
+	// The base phase and sync got it right alone: a stale write the sweep
+	// put right would be a reader's older state in between.
+	if len(o.res.Repaired) > 0 {
+		t.Errorf("the sweep had to repair %v", o.res.Repaired)
+	}
+	waitCaughtUp(t, pool)
+
+	// Not lost, and not overwritten by the older read: the graph holds what
+	// the held transaction wrote, and its event is the last write of both
+	// the product and the category.
+	want := graphProduct{Description: "description held across the snapshot", Version: version,
+		Category: "category held across the snapshot", ProductOutboxID: event, CategoryOutboxID: event}
+	if got := readGraphProduct(t, driver, tenant, product); got != want {
+		t.Errorf("product %d after the rebuild: %+v, want %+v", product, got, want)
+	}
+	checkNoDrift(t, pool, driver, tenant, "after the rebuild and sync")
+	// Not applied twice in effect: the graph is what applying every event
+	// once gives (a replay into an emptied graph), versions included.
+	after := dump(t, driver, tenant)
+	teststack.CleanGraph(t, driver, tenant)
+	res := rebuildScope(t, pool, driver, Config{TenantID: tenant, Source: SourceReplay})
+	requireNoDrift(t, res, "replay")
+	if replayed := dump(t, driver, tenant); withoutTombstones(replayed) != withoutTombstones(after) {
+		t.Errorf("the graph after the snapshot and sync differs from a replay of the history\nafter:\n%s\nreplayed:\n%s", after, replayed)
+	}
+}
+
+// Neo4j lost the graph of a tenant while sync was stopped; a rebuild brings
+// it back, then sync carries on with new changes: drift 0, and no outbox
+// row is delivered twice (the rebuild writes the graph, never the outbox).
+func TestRebuildIntoAnEmptyGraphThenSync(t *testing.T) {
+	pool, driver := stack(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	delivered := map[int64]int{}
+	startCountingSync := func(id string) (stop func()) {
+		sink, err := projector.New(driver, projector.Config{}, zaptest.NewLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		counting := relay.SinkFunc(func(ctx context.Context, batch []relay.Message) (map[int64]error, error) {
+			rejected, err := sink.Deliver(ctx, batch)
+			if err == nil {
+				mu.Lock()
+				for _, m := range batch {
+					if _, bad := rejected[m.ID]; !bad {
+						delivered[m.ID]++
+					}
+				}
+				mu.Unlock()
+			}
+			return rejected, err
+		})
+		rel, err := relay.New(pool, counting, relay.Config{ID: id, PollInterval: 50 * time.Millisecond, DependencyWait: 50 * time.Millisecond,
+			RetryStep: 50 * time.Millisecond, SinkBackoff: 50 * time.Millisecond}, zaptest.NewLogger(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		errs := make(chan error, 1)
+		go func() { errs <- rel.Run(runCtx) }()
+		stopped := false
+		stop = func() {
+			if stopped {
+				return
+			}
+			stopped = true
+			cancel()
+			if err := <-errs; err != nil {
+				t.Error(err)
+			}
+		}
+		t.Cleanup(stop)
+		return stop
+	}
+
+	stop := startCountingSync("sync-before")
+	tenant := writeWorkload(t, pool, driver, workload.Config{Seed: 29, Tenants: 1, Orders: 80, Writers: 2})[0]
+	waitCaughtUp(t, pool)
+	stop()
+	synced := dump(t, driver, tenant)
+
+	// Neo4j lost the tenant's graph.
+	teststack.CleanGraph(t, driver, tenant)
+	if d := dump(t, driver, tenant); len(d.Nodes) != 0 {
+		t.Fatalf("the graph still holds %d nodes of tenant %d", len(d.Nodes), tenant)
+	}
+	res := rebuildScope(t, pool, driver, Config{TenantID: tenant})
+	requireNoDrift(t, res, "rebuild into the emptied graph")
+	if got := dump(t, driver, tenant); full(got) != full(synced) {
+		t.Errorf("the rebuilt graph differs from the synced one\nsynced:\n%s\nrebuilt:\n%s", full(synced), full(got))
+	}
+
+	// Sync carries on: a new change reaches the graph, nothing is delivered
+	// again.
+	startCountingSync("sync-after")
+	product := productWithCategory(t, pool, tenant)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	event, version := changeProduct(t, tx, tenant, product, "after the rebuild")
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, pool)
+	want := graphProduct{Description: "description after the rebuild", Version: version, Category: "category after the rebuild",
+		ProductOutboxID: event, CategoryOutboxID: event}
+	if got := readGraphProduct(t, driver, tenant, product); got != want {
+		t.Errorf("product %d after sync: %+v, want %+v", product, got, want)
+	}
+	checkNoDrift(t, pool, driver, tenant, "after the rebuild and sync")
+
+	rows := count(t, pool, `SELECT count(*) FROM outbox_messages`)
+	mu.Lock()
+	defer mu.Unlock()
+	if int64(len(delivered)) != rows {
+		t.Errorf("sync delivered %d distinct outbox rows, the outbox holds %d", len(delivered), rows)
+	}
+	for id, n := range delivered {
+		if n != 1 {
+			t.Errorf("outbox row %d delivered %d times", id, n)
+		}
+	}
+	if delivered[event] != 1 {
+		t.Errorf("the change after the rebuild (outbox row %d) was delivered %d times, want 1", event, delivered[event])
+	}
 }

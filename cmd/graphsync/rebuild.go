@@ -29,7 +29,7 @@ func runRebuild(ctx context.Context, args []string) error {
 	conn.register(fs, true)
 	tenant := fs.Int64("tenant", 0, "rebuild one tenant only; every other tenant's nodes are left untouched")
 	sourceName := fs.String("source", "auto", "auto (replay when the history is complete, else snapshot), replay or snapshot")
-	chunk := fs.Int("chunk-size", 2000, "rows or events per chunk read, written and checkpointed")
+	chunk := fs.Int("chunk-size", rebuild.DefaultChunkSize, "rows or events per chunk read, written and checkpointed")
 	progressMode := fs.String("progress", "auto", "auto (a bar on a terminal, else a log line every 5s), bar or log")
 	recheck := fs.Duration("recheck-after", 2*time.Second, "wait before the drift check's second look at differences")
 	if err := parseFlags(fs, args); err != nil {
