@@ -240,3 +240,39 @@ func TestSizeForBacklog(t *testing.T) {
 		}
 	}
 }
+
+// A batch claimed ahead does not renew its lease while it waits. When the
+// batch in delivery takes longer than the lease, another relay may take the
+// waiting batch's rows; the relay that claimed them must then not deliver
+// them too: it hands them back instead. Two relays, one slow delivery.
+func TestBatchClaimedAheadOfASlowBatchIsHandedBack(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	ctx := context.Background()
+	if _, err := h.pool.Exec(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
+		SELECT 1, 'Order', g, 'OrderConfirmed', jsonb_build_object('n', g) FROM generate_series(0, 399) g`); err != nil {
+		t.Fatal(err)
+	}
+	sink := newRecordingSink()
+	var slow sync.Once
+	sink.hold = func(ctx context.Context, batch []Message) {
+		slow.Do(func() {
+			select { // longer than the lease (1s); the batch in delivery keeps renewing its own
+			case <-ctx.Done():
+			case <-time.After(1600 * time.Millisecond):
+			}
+		})
+	}
+	h.start(sink, h.config("relay-slow"))
+	h.start(sink, h.config("relay-other"))
+	eventually(t, 30*time.Second, "every row applied", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL`) == 0
+	})
+	sink.checkViolations(t)
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	for id, n := range sink.seen {
+		if n > 1 {
+			t.Errorf("row %d delivered %d times", id, n)
+		}
+	}
+}

@@ -166,6 +166,7 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 		go func() { done <- r.finish(ctx, c) }()
 		var next claimed
 		var nextErr error
+		claimedAhead := time.Now()
 		if len(stream) == 0 {
 			next, nextErr = r.claimPoll(ctx, limit)
 		}
@@ -186,6 +187,11 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 			}
 		case nextErr != nil:
 			r.waitAfter(ctx, nextErr, backoff)
+		case time.Since(claimedAhead) > r.cfg.Lease/2:
+			// It waited behind a slow batch without renewing its lease,
+			// which may be running out (and another relay may take its
+			// aggregates then): hand it back rather than deliver it.
+			r.handBack(ctx, next)
 		case next.taken() > 0:
 			ahead = &next
 		}
