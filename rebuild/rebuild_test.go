@@ -253,19 +253,7 @@ func TestRebuildUnderLiveLoadConverges(t *testing.T) {
 	}
 	waitCaughtUp(t, pool)
 	for _, tenant := range tenants {
-		b, err := New(pool, driver, Config{TenantID: tenant, Sink: relay.SinkFunc(nil), RecheckAfter: 200 * time.Millisecond}, zaptest.NewLogger(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		report, err := b.checker.Run(context.Background(), false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if report.DriftTotal != 0 {
-			var md strings.Builder
-			_ = report.WriteMarkdown(&md, 0)
-			t.Errorf("tenant %d after rebuild under load: drift %d\n%s", tenant, report.DriftTotal, md.String())
-		}
+		checkNoDrift(t, pool, driver, tenant, fmt.Sprintf("tenant %d after rebuild under load", tenant))
 	}
 }
 

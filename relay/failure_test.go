@@ -283,40 +283,6 @@ func TestChangedNotifyChannelStillWakes(t *testing.T) {
 	}
 }
 
-// After 20 forced disconnects of the replication connection, the stream
-// reconnects within the base backoff, not after the maximum: a good
-// connection starts the backoff afresh.
-func TestStreamReconnectBackoffResets(t *testing.T) {
-	h := newHarness(t, WakeStream)
-	cfg := streamOnlyConfig(h, "relay-reconnect")
-	cfg.SinkBackoff = 50 * time.Millisecond
-	cfg.SinkBackoffMax = 20 * time.Second
-	h.start(newRecordingSink(), cfg)
-	activePID := func() int64 {
-		return h.count(`SELECT coalesce(max(active_pid), 0) FROM pg_replication_slots WHERE slot_name = $1`, h.slot)
-	}
-	var took time.Duration
-	for i := range 21 {
-		var pid int64
-		eventually(t, 15*time.Second, fmt.Sprintf("reconnect %d", i), func() bool { pid = activePID(); return pid != 0 })
-		if i == 20 {
-			break
-		}
-		start := time.Now()
-		h.count(`SELECT count(*) FROM (SELECT pg_terminate_backend($1::int)) t`, pid)
-		eventually(t, 15*time.Second, "the old connection gone", func() bool { return activePID() != pid })
-		took = time.Since(start)
-	}
-	// Without the reset the 20th wait alone is the 20 s maximum.
-	if took > 5*time.Second {
-		t.Errorf("the 20th reconnect took %s", took)
-	}
-	id := h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`})
-	eventually(t, 10*time.Second, "a row streamed after the reconnects", func() bool {
-		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND processed_at IS NOT NULL`, id) == 1
-	})
-}
-
 // Two processes creating next month's archive partition at once: both
 // succeed, one of them creates it.
 func TestArchivePartitionCreationRace(t *testing.T) {

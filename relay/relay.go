@@ -162,7 +162,7 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 			}
 		}
 		limit := r.limit // finish may change r.limit while the next claim runs
-		done := make(chan passResult, 1)
+		done := make(chan error, 1)
 		go func() { done <- r.finish(ctx, c) }()
 		var next claimed
 		var nextErr error
@@ -170,12 +170,11 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 		if len(stream) == 0 {
 			next, nextErr = r.claimPoll(ctx, limit)
 		}
-		result := <-done
-		if result.err != nil {
+		if err := <-done; err != nil {
 			if nextErr == nil {
 				r.handBack(ctx, next)
 			}
-			r.waitAfter(ctx, result.err, backoff)
+			r.waitAfter(ctx, err, backoff)
 			continue
 		}
 		backoff.reset()
@@ -313,9 +312,8 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 		if err := r.awaitVisible(ctx, chunk); err != nil {
 			r.log.Warn("relay stream pass: visibility check failed", zap.Error(err))
 		}
-		result := r.pass(ctx, func(ctx context.Context) (claimed, error) { return r.store.OutboxClaimByID(ctx, chunk) })
-		if result.err != nil {
-			r.waitAfter(ctx, result.err, backoff)
+		if err := r.pass(ctx, func(ctx context.Context) (claimed, error) { return r.store.OutboxClaimByID(ctx, chunk) }); err != nil {
+			r.waitAfter(ctx, err, backoff)
 			continue
 		}
 		backoff.reset()
@@ -329,24 +327,17 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 	}
 }
 
-type passResult struct {
-	// taken is how many rows the claim took (delivered, failed or
-	// dead-lettered).
-	taken int
-	err   error
-}
-
 // errSuspectBatch: the sink failed a batch with no event singled out; it was
 // released to be claimed again in a smaller batch.
 var errSuspectBatch = errors.New("batch failed without a data error; retrying it smaller")
 
 // pass claims one batch, delivers it and records the outcome.
-func (r *worker) pass(ctx context.Context, claim func(context.Context) (claimed, error)) passResult {
+func (r *worker) pass(ctx context.Context, claim func(context.Context) (claimed, error)) error {
 	start := time.Now()
 	c, err := claim(ctx)
 	r.metrics.claimDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
-		return passResult{err: err}
+		return err
 	}
 	return r.finish(ctx, c)
 }
@@ -354,11 +345,10 @@ func (r *worker) pass(ctx context.Context, claim func(context.Context) (claimed,
 // finish delivers a claimed batch and records the outcome: failures first,
 // then one settling statement for the rest that also ends the leases of the
 // batch's aggregates.
-func (r *worker) finish(ctx context.Context, c claimed) passResult {
+func (r *worker) finish(ctx context.Context, c claimed) error {
 	var err error
-	taken := c.taken()
-	if taken == 0 {
-		return passResult{}
+	if c.taken() == 0 {
+		return nil
 	}
 	if len(c.deadLettered) > 0 {
 		r.metrics.dlqMoved.Add(float64(len(c.deadLettered)))
@@ -380,22 +370,22 @@ func (r *worker) finish(ctx context.Context, c claimed) passResult {
 	// bounded by its own timeout instead.
 	bookCtx, bookCancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer bookCancel()
-	done, settleErr := r.store.OutboxSettle(bookCtx, st, c.aggregates)
+	marked, settleErr := r.store.OutboxSettle(bookCtx, st, c.aggregates)
 	if settleErr != nil {
 		// Rows applied but not marked will be delivered again after their
 		// lease, and the sink's guards make that a no-op.
-		return passResult{taken: taken, err: errors.Join(err, settleErr)}
+		return errors.Join(err, settleErr)
 	}
-	if done.marked < int64(len(st.applied)) {
+	if marked < int64(len(st.applied)) {
 		r.log.Warn("some delivered rows had lost their lease to another relay; they may be delivered again",
-			zap.Int("delivered", len(st.applied)), zap.Int64("marked", done.marked))
+			zap.Int("delivered", len(st.applied)), zap.Int64("marked", marked))
 	}
-	r.metrics.processed.Add(float64(done.marked))
+	r.metrics.processed.Add(float64(marked))
 	if len(st.deferred) > 0 {
 		r.metrics.deferred.Add(float64(len(st.deferred)))
 		r.wakeAfter(r.cfg.DependencyWait)
 	}
-	return passResult{taken: taken, err: err}
+	return err
 }
 
 // deliver hands a claimed batch to the sink under a renewed lease, records

@@ -241,24 +241,18 @@ type settlement struct {
 	deferred []int64
 }
 
-// settled says what OutboxSettle changed: marked counts the applied rows this
-// relay still held (a row whose lease was taken over is left to its holder).
-type settled struct {
-	marked, released, deferred, unleased int64
-}
-
 // OutboxSettle ends a batch in one statement: marks, releases and defers its
-// rows and ends the leases of its aggregates.
-func (s *store) OutboxSettle(ctx context.Context, st settlement, aggs aggregates) (settled, error) {
-	var out settled
+// rows and ends the leases of its aggregates. It returns how many applied
+// rows were marked: a row whose lease was taken over is left to its holder.
+func (s *store) OutboxSettle(ctx context.Context, st settlement, aggs aggregates) (int64, error) {
+	var marked int64
 	err := s.pool.QueryRow(ctx, gsql.Query("OutboxSettle"), nonNil(st.applied), nonNil(st.released), nonNil(st.deferred),
-		s.relayID, s.cfg.DependencyWait, nonNil(aggs.tenantIDs), nonNil(aggs.types), nonNil(aggs.ids)).
-		Scan(&out.marked, &out.released, &out.deferred, &out.unleased)
+		s.relayID, s.cfg.DependencyWait, nonNil(aggs.tenantIDs), nonNil(aggs.types), nonNil(aggs.ids)).Scan(&marked)
 	if err != nil {
-		return out, fmt.Errorf("settle a batch of %d outbox rows (%d applied): %w",
+		return 0, fmt.Errorf("settle a batch of %d outbox rows (%d applied): %w",
 			len(st.applied)+len(st.released)+len(st.deferred), len(st.applied), err)
 	}
-	return out, nil
+	return marked, nil
 }
 
 // OutboxExtendLease renews the lease of rows in delivery and of their aggregates.

@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 
 	"graphsync/internal/teststack"
@@ -16,8 +20,10 @@ import (
 
 // A sink that cannot apply anything (here: the projector writes to a Neo4j
 // database that does not exist, which the real server refuses with a
-// Neo.ClientError.Database error) stops the relay from claiming: /readyz
-// names the broken sink, no event is counted or dead-lettered; a
+// Neo.ClientError.Database error) stops the relay from claiming: readiness,
+// and the /readyz that sync serves (503), name the broken sink without the
+// Neo4j address, /metrics shows outbox_sink_broken 1, and no event is
+// counted or dead-lettered; a
 // readiness check against an unreachable Neo4j says so without echoing the
 // driver's error text.
 func TestReadinessNamesABrokenSink(t *testing.T) {
@@ -28,8 +34,9 @@ func TestReadinessNamesABrokenSink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	metrics := relay.NewMetrics()
 	rel, err := relay.New(pool, sink, relay.Config{PollInterval: 50 * time.Millisecond, SinkBackoff: 20 * time.Millisecond, SinkBackoffMax: 200 * time.Millisecond,
-		RetryStep: 10 * time.Millisecond, MaxAttempts: 2}, zaptest.NewLogger(t), nil)
+		RetryStep: 10 * time.Millisecond, MaxAttempts: 2}, zaptest.NewLogger(t), metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +70,24 @@ func TestReadinessNamesABrokenSink(t *testing.T) {
 	}
 	if len(problems) != 1 || !strings.Contains(problems[0], "sink broken") || !strings.Contains(problems[0], "Neo.ClientError.Database") {
 		t.Fatalf("readiness = %q, want the broken sink named", problems)
+	}
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(metrics.Collectors(pool)...)
+	handler := httpHandler(registry, ready)
+	get := func(path string) (int, string) {
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		body, _ := io.ReadAll(rec.Result().Body)
+		return rec.Code, string(body)
+	}
+	if status, body := get("/readyz"); status != http.StatusServiceUnavailable || !strings.Contains(body, "sink broken") ||
+		!strings.Contains(body, "Neo.ClientError.Database") {
+		t.Errorf("/readyz = %d %q, want 503 naming the broken sink", status, body)
+	} else if uri := teststack.Neo4jURI(t); strings.Contains(body, uri) || strings.Contains(body, "127.0.0.1") {
+		t.Errorf("/readyz leaks the Neo4j address: %q", body)
+	}
+	if _, m := get("/metrics"); !strings.Contains(m, "\noutbox_sink_broken 1\n") {
+		t.Errorf("/metrics does not show outbox_sink_broken 1")
 	}
 	// Several more passes: still nothing counted against the events.
 	<-time.After(600 * time.Millisecond)

@@ -130,7 +130,7 @@ RETURNING m.id, m.tenant_id, m.aggregate_type, m.aggregate_id, m.event_type,
 -- due), all only while this relay ($4) still holds them: a row whose lease
 -- was taken over is left to its new holder. $6/$7/$8 the batch's aggregates
 -- (tenant ids, types, ids), whose aggregate leases end here.
--- Returns how many rows were marked, released, deferred and unleased.
+-- Returns how many applied rows were marked.
 WITH marked AS (
   UPDATE outbox_messages
   SET processed_at = now(), locked_by = NULL, locked_until = NULL
@@ -140,22 +140,18 @@ WITH marked AS (
   UPDATE outbox_messages
   SET attempts = GREATEST(attempts - 1, 0), locked_by = NULL, locked_until = NULL
   WHERE id = ANY($2::bigint[]) AND locked_by = $4
-  RETURNING 1
 ), deferred AS (
   UPDATE outbox_messages
   SET attempts = GREATEST(attempts - 1, 0), locked_by = NULL, locked_until = NULL,
       available_at = now() + $5::interval
   WHERE id = ANY($3::bigint[]) AND locked_by = $4
-  RETURNING 1
 ), unleased AS (
   DELETE FROM outbox_aggregate_leases l
   USING unnest($6::bigint[], $7::text[], $8::bigint[]) AS a(tenant_id, aggregate_type, aggregate_id)
   WHERE l.tenant_id = a.tenant_id AND l.aggregate_type = a.aggregate_type
     AND l.aggregate_id = a.aggregate_id AND l.locked_by = $4
-  RETURNING 1
 )
-SELECT (SELECT count(*) FROM marked), (SELECT count(*) FROM released),
-       (SELECT count(*) FROM deferred), (SELECT count(*) FROM unleased);
+SELECT count(*) FROM marked;
 
 -- name: OutboxExtendLease
 -- $1 ids of the batch, $2 relay id, $3 lease, $4/$5/$6 its aggregates.
@@ -165,7 +161,6 @@ WITH aggregates AS (
   FROM unnest($4::bigint[], $5::text[], $6::bigint[]) AS a(tenant_id, aggregate_type, aggregate_id)
   WHERE l.tenant_id = a.tenant_id AND l.aggregate_type = a.aggregate_type
     AND l.aggregate_id = a.aggregate_id AND l.locked_by = $2
-  RETURNING 1
 )
 UPDATE outbox_messages
 SET locked_until = now() + $3::interval
