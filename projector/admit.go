@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"graphsync/cypher"
 	"graphsync/graphmodel"
 	"graphsync/relay"
 )
@@ -153,31 +154,53 @@ func (a *admission) check(it *item) error {
 	return nil
 }
 
-// lookupIDs lists, per label to query, the ids items name: each label's
-// tombstone label is asked for the same ids.
-func lookupIDs(model graphmodel.Model, items []*item) map[string][]int64 {
+// ownersParams is the OwnersQuery's parameters for items: per label, the
+// ids they name (each label's tombstone label is asked for the same ids);
+// per Single relationship type, the From ids whose relationship they write.
+func ownersParams(model graphmodel.Model, items []*item) map[string]any {
 	tombstones := map[string]string{}
 	for _, l := range model.Labels {
 		tombstones[l.Name] = l.Tombstone
 	}
-	seen := map[labelID]bool{}
-	ids := map[string][]int64{}
-	add := func(label string, id int64) {
-		if seen[labelID{label, id}] {
+	single := map[string]bool{}
+	for _, r := range model.Relationships {
+		single[r.Type] = r.Single
+	}
+	seen := map[string]map[int64]bool{}
+	params := map[string]any{}
+	add := func(param string, id int64) {
+		if seen[param] == nil {
+			seen[param] = map[int64]bool{}
+		}
+		if seen[param][id] {
 			return
 		}
-		seen[labelID{label, id}] = true
-		ids[label] = append(ids[label], id)
+		seen[param][id] = true
+		list, _ := params[param].([]any)
+		params[param] = append(list, id)
+	}
+	for _, label := range cypher.Labels(model) {
+		params[cypher.OwnersParam(label)] = []any{}
+	}
+	for _, r := range model.Relationships {
+		if r.Single {
+			params[cypher.TargetsParam(r.Type)] = []any{}
+		}
 	}
 	for _, it := range items {
 		for _, r := range it.refs {
-			add(r.label, r.id)
+			add(cypher.OwnersParam(r.label), r.id)
 			if tombstone := tombstones[r.label]; tombstone != "" {
-				add(tombstone, r.id)
+				add(cypher.OwnersParam(tombstone), r.id)
+			}
+		}
+		for _, rel := range it.mut.Rels {
+			if single[rel.Type] {
+				add(cypher.TargetsParam(rel.Type), rel.FromID)
 			}
 		}
 	}
-	return ids
+	return params
 }
 
 // mutations concatenates the items' mutations in batch order.

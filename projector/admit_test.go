@@ -2,6 +2,7 @@ package projector
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -143,16 +144,29 @@ func TestAdmission(t *testing.T) {
 	}
 }
 
-func TestLookupIDsAsksTombstones(t *testing.T) {
+func TestOwnersParamsAskTombstonesAndSingleTargets(t *testing.T) {
 	a := &ids{tenant: 5}
-	it, err := newTestProjector(t).prepare(a.message(t, orderPlaced(9, 11, events.OrderLine{LineNo: 1, ProductID: 7, Quantity: 1})))
+	p := newTestProjector(t)
+	order, err := p.prepare(a.message(t, orderPlaced(9, 11, events.OrderLine{LineNo: 1, ProductID: 7, Quantity: 1})))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := lookupIDs(graphmodel.Default, []*item{it})
-	for label, want := range map[string]int64{"Order": 9, "Customer": 11, "Product": 7, "DeletedProduct": 7} {
-		if len(got[label]) != 1 || got[label][0] != want {
-			t.Errorf("ids[%s] = %v, want [%d]", label, got[label], want)
+	product, err := p.prepare(a.message(t, events.ProductCreated{ProductState: product(8, 1, "Kettle", 3, "Kitchen", 2500, "active")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := ownersParams(graphmodel.Default, []*item{order, product})
+	want := map[string][]any{"ids_Order": {int64(9)}, "ids_Customer": {int64(11)}, "ids_Product": {int64(7), int64(8)},
+		"ids_DeletedProduct": {int64(7), int64(8)}, "ids_Category": {int64(3)}, "ids_Tenant": {},
+		// Only the product whose IN_CATEGORY the batch writes, not the
+		// product an order line names.
+		"from_IN_CATEGORY": {int64(8)}}
+	for param, ids := range want {
+		if !reflect.DeepEqual(got[param], ids) {
+			t.Errorf("%s = %v, want %v", param, got[param], ids)
 		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("params %v, want exactly the keys of %v", got, want)
 	}
 }

@@ -101,18 +101,10 @@ func sinkError(class failureClass, err error) error {
 // the whole function on transient errors, so admission is redone each time.
 func (p *Projector) apply(ctx context.Context, items []*item) (map[int64]error, error) {
 	model := p.builder.Model()
-	ids := lookupIDs(model, items)
-	params := map[string]any{}
-	for _, label := range cypher.Labels(model) {
-		list := make([]any, len(ids[label]))
-		for i, id := range ids[label] {
-			list[i] = id
-		}
-		params[cypher.OwnersParam(label)] = list
-	}
+	params := ownersParams(model, items)
 	ownersQuery := p.builder.OwnersQuery()
 
-	session := p.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite, DatabaseName: p.cfg.Database})
+	session := p.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite, DatabaseName: p.cfg.Database, FetchSize: neo4j.FetchAll})
 	defer closeSession(ctx, session)
 	var rejected map[int64]error
 	_, err := session.ExecuteWrite(ctx, func(tx neo4j.ManagedTransaction) (any, error) {
@@ -159,19 +151,33 @@ func readOwners(ctx context.Context, tx neo4j.ManagedTransaction, query string, 
 	for result.Next(ctx) {
 		record := result.Record()
 		kind, _, err1 := neo4j.GetRecordValue[string](record, "kind")
-		id, _, err2 := neo4j.GetRecordValue[int64](record, "id")
-		tenantID, _, err3 := neo4j.GetRecordValue[int64](record, "tenant_id")
-		target, isNil, err4 := neo4j.GetRecordValue[int64](record, "target")
+		ids, _, err2 := neo4j.GetRecordValue[[]any](record, "ids")
+		tenantIDs, _, err3 := neo4j.GetRecordValue[[]any](record, "tenant_ids")
+		targets, isLabel, err4 := neo4j.GetRecordValue[[]any](record, "targets")
 		if err := errors.Join(err1, err2, err3, err4); err != nil {
 			return nil, nil, fmt.Errorf("look up id owners: %w", err)
 		}
-		if isNil {
-			key := labelID{kind, id}
-			graph[key] = append(graph[key], tenantID)
-			continue
+		if len(tenantIDs) != len(ids) || (!isLabel && len(targets) != len(ids)) {
+			return nil, nil, fmt.Errorf("look up id owners: %s: %d ids, %d tenants, %d targets", kind, len(ids), len(tenantIDs), len(targets))
 		}
-		from := graphmodel.RelFrom{Type: kind, TenantID: tenantID, FromID: id}
-		current[from] = append(current[from], target)
+		for i := range ids {
+			id, ok1 := ids[i].(int64)
+			tenantID, ok2 := tenantIDs[i].(int64)
+			if !ok1 || !ok2 {
+				return nil, nil, fmt.Errorf("look up id owners: %s: a node without an integer id or tenant id", kind)
+			}
+			if isLabel {
+				key := labelID{kind, id}
+				graph[key] = append(graph[key], tenantID)
+				continue
+			}
+			target, ok := targets[i].(int64)
+			if !ok {
+				return nil, nil, fmt.Errorf("look up id owners: %s: a target without an integer id", kind)
+			}
+			from := graphmodel.RelFrom{Type: kind, TenantID: tenantID, FromID: id}
+			current[from] = append(current[from], target)
+		}
 	}
 	if err := result.Err(); err != nil {
 		return nil, nil, fmt.Errorf("look up id owners: %w", err)

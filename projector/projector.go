@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
@@ -72,22 +73,46 @@ func (p *Projector) Collectors() []prometheus.Collector { return p.metrics.colle
 // part of the batch committed before Neo4j became unavailable, the rest is
 // rejected with relay.ErrNotApplied instead.
 func (p *Projector) Deliver(ctx context.Context, batch []relay.Message) (map[int64]error, error) {
-	start := time.Now()
-	p.metrics.batchSize.Observe(float64(len(batch)))
-	rejected := map[int64]error{}
+	return p.DeliverPrepared(ctx, p.Prepare(batch))
+}
+
+// Prepared is a batch checked, decoded and translated: the part of Deliver
+// that needs no Neo4j, which a caller can do while an earlier batch is being
+// written (the rebuild's replay does). It is not changed by delivery, so a
+// failed delivery can be retried with it.
+type Prepared struct {
+	batch []relay.Message
+	items []*item
+	// rejected holds the events that failed before Neo4j, and the later
+	// events of their aggregates.
+	rejected map[int64]error
+}
+
+// Prepare does the part of Deliver that needs no Neo4j: bounds, decoding,
+// upcasting, validation and translation of each event.
+func (p *Projector) Prepare(batch []relay.Message) *Prepared {
+	prep := &Prepared{batch: batch, items: make([]*item, 0, len(batch)), rejected: map[int64]error{}}
 	failing := failedAggregates{}
-	items := make([]*item, 0, len(batch))
 	for _, m := range batch {
-		if failing.holdsBack(m, rejected) {
+		if failing.holdsBack(m, prep.rejected) {
 			continue
 		}
 		it, err := p.prepare(m)
 		if err != nil {
-			failing.fail(m, rejected, err)
+			failing.fail(m, prep.rejected, err)
 			continue
 		}
-		items = append(items, it)
+		prep.items = append(prep.items, it)
 	}
+	return prep
+}
+
+// DeliverPrepared is Deliver for a batch Prepare has prepared.
+func (p *Projector) DeliverPrepared(ctx context.Context, prep *Prepared) (map[int64]error, error) {
+	start := time.Now()
+	batch, items := prep.batch, prep.items
+	p.metrics.batchSize.Observe(float64(len(batch)))
+	rejected := maps.Clone(prep.rejected)
 	if len(items) > 0 {
 		run := &chainRun{p: p, rejected: rejected, applied: map[int64]bool{}}
 		if err := run.apply(ctx, chainsOf(items)); err != nil {

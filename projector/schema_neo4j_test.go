@@ -98,10 +98,8 @@ func TestWriteStatementsPlanWithoutEager(t *testing.T) {
 }
 
 func explainParams() map[string]any {
-	params := map[string]any{"rows": []any{}}
-	for _, label := range cypher.Labels(graphmodel.Default) {
-		params[cypher.OwnersParam(label)] = []any{}
-	}
+	params := ownersParams(graphmodel.Default, nil)
+	params["rows"] = []any{}
 	return params
 }
 

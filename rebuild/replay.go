@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"go.uber.org/zap"
 
+	"graphsync/projector"
 	"graphsync/relay"
 	gsql "graphsync/sql"
 )
@@ -27,8 +28,10 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 		return fmt.Errorf("count the events to replay: %w", err)
 	}
 	b.cfg.Progress(Progress{Phase: "replay", Done: cp.done, Total: total, Chunks: cp.chunks, Resumed: res.Resumed})
-	// The next chunk is read while the sink applies this one; positions are
-	// stored only after a chunk was applied.
+	// The next chunk is read, and prepared when the sink can prepare ahead,
+	// while the sink applies this one; positions are stored only after a
+	// chunk was applied.
+	prep, _ := b.cfg.Sink.(preparer)
 	chunks := make(chan historyChunk, 1)
 	readCtx, stopReading := context.WithCancel(ctx)
 	readerDone := make(chan struct{})
@@ -40,6 +43,9 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 		for {
 			var c historyChunk
 			c.batch, c.read, c.last, c.err = b.readHistory(readCtx, xid, id, filter)
+			if c.err == nil && prep != nil && len(c.batch) > 0 {
+				c.prepared = prep.Prepare(c.batch)
+			}
 			select {
 			case chunks <- c:
 			case <-readCtx.Done():
@@ -62,7 +68,7 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 			return nil
 		}
 		if len(c.batch) > 0 {
-			rejected, err := b.deliver(ctx, c.batch)
+			rejected, err := b.deliver(ctx, c)
 			if err != nil {
 				return fmt.Errorf("replay events up to outbox id %d: %w", c.last.ID, err)
 			}
@@ -86,22 +92,37 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 	return ctx.Err()
 }
 
-// historyChunk is one read of the history: the processed events, how many
-// rows were read, the position after the last.
+// historyChunk is one read of the history: the processed events (prepared
+// for the sink when it prepares ahead), how many rows were read, the
+// position after the last.
 type historyChunk struct {
-	batch []relay.Message
-	read  int
-	last  relay.Position
-	err   error
+	batch    []relay.Message
+	prepared *projector.Prepared
+	read     int
+	last     relay.Position
+	err      error
+}
+
+// preparer is a sink that can do the part of its delivery that needs no
+// graph ahead of time (the projector: decoding and translation).
+type preparer interface {
+	Prepare(batch []relay.Message) *projector.Prepared
+	DeliverPrepared(ctx context.Context, prepared *projector.Prepared) (map[int64]error, error)
 }
 
 // deliver hands a chunk to the sink, again after a pause when the whole
 // chunk failed (Neo4j unavailable, a deadlock with live sync, a timeout):
 // the events are idempotent. A broken sink is not retried.
-func (b *Rebuilder) deliver(ctx context.Context, batch []relay.Message) (map[int64]error, error) {
+func (b *Rebuilder) deliver(ctx context.Context, c historyChunk) (map[int64]error, error) {
 	wait := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		rejected, err := b.cfg.Sink.Deliver(ctx, batch)
+		var rejected map[int64]error
+		var err error
+		if c.prepared != nil {
+			rejected, err = b.cfg.Sink.(preparer).DeliverPrepared(ctx, c.prepared)
+		} else {
+			rejected, err = b.cfg.Sink.Deliver(ctx, c.batch)
+		}
 		if err == nil || errors.Is(err, relay.ErrSinkBroken) || attempt == 6 {
 			return rejected, err
 		}
