@@ -20,11 +20,47 @@ import (
 // current, when not nil, says where Single relationships point now; removal
 // rows are then emitted only for edges that must change, so the removal
 // statement (whose DELETE Neo4j plans with an Eager) runs only when needed.
+//
+// It is Rows then StatementsOf: a caller that has the rows of each event
+// ahead of time (the projector makes them before its transaction) only
+// groups them.
 func (b *Builder) Statements(mut graphmodel.Mutations, current graphmodel.SingleTargets) ([]Statement, error) {
-	tenants := map[int64]bool{}
-	var tenantRows []any
-	upserts := map[string]*rowSet{}
-	deletes := map[string]*rowSet{}
+	rows, err := b.Rows(mut)
+	if err != nil {
+		return nil, err
+	}
+	return b.StatementsOf([]*Rows{rows}, current), nil
+}
+
+// Rows is mutations checked against the model and shaped into statement
+// rows: the part of Statements that depends neither on the graph nor on the
+// other mutations of the batch.
+type Rows struct {
+	tenants        []int64
+	nodes, deletes []nodeRow
+	rels           []relRow
+}
+
+type nodeRow struct {
+	label string
+	key   nodeKey
+	guard graphmodel.Guard
+	row   map[string]any
+}
+
+type relRow struct {
+	rel  graphmodel.Relationship
+	key  any // singleKey or factKey
+	from graphmodel.RelFrom
+	toID int64
+	row  map[string]any
+}
+
+// Rows checks mut against the model and builds its statement rows. It fails
+// on a label, type or property key outside the model, on a value of the
+// wrong type and on ids that are not positive.
+func (b *Builder) Rows(mut graphmodel.Mutations) (*Rows, error) {
+	out := &Rows{}
 	for _, n := range mut.Nodes {
 		label, ok := b.labels[n.Label]
 		if !ok {
@@ -37,23 +73,20 @@ func (b *Builder) Statements(mut graphmodel.Mutations, current graphmodel.Single
 			if n.ID != n.TenantID {
 				return nil, fmt.Errorf("node upsert %s: id %d must equal tenant id %d", n.Label, n.ID, n.TenantID)
 			}
-			if !tenants[n.TenantID] {
-				tenants[n.TenantID] = true
-				tenantRows = append(tenantRows, map[string]any{graphmodel.KeyTenantID: n.TenantID})
-			}
+			out.tenants = append(out.tenants, n.TenantID)
 			continue
 		}
 		props, err := allowedProps("label "+n.Label, label.Properties, nil, n.Props)
 		if err != nil {
 			return nil, err
 		}
-		rowSetFor(upserts, n.Label).keepNewest(nodeKey{n.TenantID, n.ID}, n.Guard, map[string]any{
+		out.nodes = append(out.nodes, nodeRow{label: n.Label, key: nodeKey{n.TenantID, n.ID}, guard: n.Guard, row: map[string]any{
 			graphmodel.KeyTenantID: n.TenantID,
 			graphmodel.KeyID:       n.ID,
 			"version":              n.Guard.Version,
 			"outbox_id":            n.Guard.OutboxID,
 			"props":                props,
-		})
+		}})
 	}
 	for _, d := range mut.Deletes {
 		label, ok := b.labels[d.Label]
@@ -63,16 +96,13 @@ func (b *Builder) Statements(mut graphmodel.Mutations, current graphmodel.Single
 		if err := checkIDs(d.Label, d.TenantID, d.ID); err != nil {
 			return nil, err
 		}
-		rowSetFor(deletes, d.Label).keepNewest(nodeKey{d.TenantID, d.ID}, d.Guard, map[string]any{
+		out.deletes = append(out.deletes, nodeRow{label: d.Label, key: nodeKey{d.TenantID, d.ID}, guard: d.Guard, row: map[string]any{
 			graphmodel.KeyTenantID: d.TenantID,
 			graphmodel.KeyID:       d.ID,
 			"version":              d.Guard.Version,
 			"outbox_id":            d.Guard.OutboxID,
-		})
+		}})
 	}
-
-	clears := map[string]*rowSet{}
-	merges := map[string]*rowSet{}
 	for _, r := range mut.Rels {
 		rel, ok := b.rels[r.Type]
 		if !ok {
@@ -88,27 +118,65 @@ func (b *Builder) Statements(mut graphmodel.Mutations, current graphmodel.Single
 		if err != nil {
 			return nil, err
 		}
-		row := map[string]any{
+		row := relRow{rel: rel, from: graphmodel.RelFrom{Type: r.Type, TenantID: r.TenantID, FromID: r.FromID}, toID: r.ToID, row: map[string]any{
 			graphmodel.KeyTenantID: r.TenantID,
 			"from_id":              r.FromID,
 			"to_id":                nilIfZero(r.ToID),
 			"outbox_id":            r.OutboxID,
 			"props":                props,
-		}
+		}}
 		if rel.Single {
 			// Only the row whose outbox id the From node holds acts, so rows
 			// of older events can stay; exact repeats are dropped.
-			key := singleKey{r.TenantID, r.FromID, r.OutboxID}
-			if current == nil || hasStale(current[graphmodel.RelFrom{Type: r.Type, TenantID: r.TenantID, FromID: r.FromID}], r.ToID) {
-				rowSetFor(clears, r.Type).replace(key, row)
-			}
-			if r.ToID != 0 {
-				rowSetFor(merges, r.Type).replace(key, row)
-			}
-			continue
+			row.key = singleKey{r.TenantID, r.FromID, r.OutboxID}
+		} else {
+			row.key = factKey{r.TenantID, r.FromID, r.ToID, fmt.Sprint(keyValues(rel.Key, props))}
 		}
-		key := factKey{r.TenantID, r.FromID, r.ToID, fmt.Sprint(keyValues(rel.Key, props))}
-		rowSetFor(merges, r.Type).replace(key, row)
+		out.rels = append(out.rels, row)
+	}
+	return out, nil
+}
+
+// StatementsOf groups the rows of a batch's events, in batch order, into
+// statements (see Statements).
+func (b *Builder) StatementsOf(batch []*Rows, current graphmodel.SingleTargets) []Statement {
+	tenants := map[int64]bool{}
+	var tenantRows []any
+	upserts := map[string]*rowSet{}
+	deletes := map[string]*rowSet{}
+	clears := map[string]*rowSet{}
+	merges := map[string]*rowSet{}
+	for _, rows := range batch {
+		for _, t := range rows.tenants {
+			if !tenants[t] {
+				tenants[t] = true
+				tenantRows = append(tenantRows, map[string]any{graphmodel.KeyTenantID: t})
+			}
+		}
+	}
+	for _, rows := range batch {
+		for _, n := range rows.nodes {
+			rowSetFor(upserts, n.label).keepNewest(n.key, n.guard, n.row)
+		}
+	}
+	for _, rows := range batch {
+		for _, d := range rows.deletes {
+			rowSetFor(deletes, d.label).keepNewest(d.key, d.guard, d.row)
+		}
+	}
+	for _, rows := range batch {
+		for _, r := range rows.rels {
+			if r.rel.Single {
+				if current == nil || hasStale(current[r.from], r.toID) {
+					rowSetFor(clears, r.rel.Type).replace(r.key, r.row)
+				}
+				if r.toID != 0 {
+					rowSetFor(merges, r.rel.Type).replace(r.key, r.row)
+				}
+				continue
+			}
+			rowSetFor(merges, r.rel.Type).replace(r.key, r.row)
+		}
 	}
 
 	var stmts []Statement
@@ -138,7 +206,7 @@ func (b *Builder) Statements(mut graphmodel.Mutations, current graphmodel.Single
 			stmts = append(stmts, Statement{Text: b.relMerge[r.Type], Params: rows.params(), Expect: expect})
 		}
 	}
-	return stmts, nil
+	return stmts
 }
 
 // hasStale reports whether any current target differs from the wanted one

@@ -203,13 +203,11 @@ func ownersParams(model graphmodel.Model, items []*item) map[string]any {
 	return params
 }
 
-// mutations concatenates the items' mutations in batch order.
-func mutations(items []*item) graphmodel.Mutations {
-	var mut graphmodel.Mutations
-	for _, it := range items {
-		mut.Nodes = append(mut.Nodes, it.mut.Nodes...)
-		mut.Deletes = append(mut.Deletes, it.mut.Deletes...)
-		mut.Rels = append(mut.Rels, it.mut.Rels...)
+// statementRows lists the items' statement rows in batch order.
+func statementRows(items []*item) []*cypher.Rows {
+	rows := make([]*cypher.Rows, len(items))
+	for i, it := range items {
+		rows[i] = it.rows
 	}
-	return mut
+	return rows
 }

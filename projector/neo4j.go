@@ -113,11 +113,7 @@ func (p *Projector) apply(ctx context.Context, items []*item) (map[int64]error, 
 			return nil, err
 		}
 		accepted, refused := newAdmission(model, graph).admit(items)
-		stmts, err := p.builder.Statements(mutations(accepted), current)
-		if err != nil {
-			return nil, &dataError{fmt.Errorf("build statements: %w", err)}
-		}
-		for _, stmt := range stmts {
+		for _, stmt := range p.builder.StatementsOf(statementRows(accepted), current) {
 			if err := runStatement(ctx, tx, stmt); err != nil {
 				return nil, err
 			}

@@ -187,7 +187,8 @@ func heldBack(m relay.Message) error {
 }
 
 // prepare checks the bounds, decodes, upcasts, validates and translates one
-// message.
+// message, and makes its statement rows (which checks them against the
+// graph model).
 func (p *Projector) prepare(m relay.Message) (*item, error) {
 	if m.TenantID <= 0 {
 		return nil, &rejection{kind: ErrInvalidEvent, msg: fmt.Sprintf("%s: tenant_id must be > 0, got %d", eventName(m), m.TenantID)}
@@ -197,7 +198,14 @@ func (p *Projector) prepare(m relay.Message) (*item, error) {
 	if err != nil {
 		return nil, &rejection{kind: ErrInvalidEvent, msg: err.Error(), cause: err}
 	}
-	return translate(m, ev)
+	it, err := translate(m, ev)
+	if err != nil {
+		return nil, err
+	}
+	if it.rows, err = p.builder.Rows(it.mut); err != nil {
+		return nil, &rejection{kind: ErrInvalidEvent, msg: it.name + ": does not fit the graph model: " + err.Error(), cause: err}
+	}
+	return it, nil
 }
 
 // chain is the events of one aggregate in a batch, in order.

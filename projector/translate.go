@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"graphsync/cypher"
 	"graphsync/events"
 	"graphsync/graphmodel"
 	"graphsync/relay"
@@ -14,6 +15,8 @@ type item struct {
 	msg  relay.Message
 	name string // "OrderPlaced v1 (outbox id 42)", for errors
 	mut  graphmodel.Mutations
+	// rows are mut as statement rows, made before the write transaction.
+	rows *cypher.Rows
 	// refs are the ids the event names; admission checks who owns them.
 	refs []ref
 	// creates and deletes are the aggregate nodes the event brings into or
