@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -103,6 +104,43 @@ func TestStatementsGolden(t *testing.T) {
 func jsonString(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// The projector makes each event's rows on its own and groups them in the
+// transaction: grouping rows event by event must give the statements the
+// whole batch's mutations give, collapsing included.
+func TestStatementsOfEventsEqualsStatementsOfTheBatch(t *testing.T) {
+	b := newBuilder(t)
+	mut := sampleMutations()
+	whole, err := b.Statements(mut, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var perEvent []*Rows
+	for _, n := range mut.Nodes {
+		rows, err := b.Rows(graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{n}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		perEvent = append(perEvent, rows)
+	}
+	for _, d := range mut.Deletes {
+		rows, err := b.Rows(graphmodel.Mutations{Deletes: []graphmodel.NodeDelete{d}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		perEvent = append(perEvent, rows)
+	}
+	for _, r := range mut.Rels {
+		rows, err := b.Rows(graphmodel.Mutations{Rels: []graphmodel.RelUpsert{r}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		perEvent = append(perEvent, rows)
+	}
+	if got := b.StatementsOf(perEvent, nil); !reflect.DeepEqual(got, whole) {
+		t.Fatalf("statements of per-event rows differ from the batch's:\n%v\nwant\n%v", got, whole)
+	}
 }
 
 func TestStatementsReuseText(t *testing.T) {
