@@ -76,7 +76,8 @@ func (p *Projector) Deliver(ctx context.Context, batch []relay.Message) (map[int
 	return p.DeliverPrepared(ctx, p.Prepare(batch))
 }
 
-// Prepared is a batch checked, decoded and translated: the part of Deliver
+// Prepared is a batch checked, decoded, translated and shaped into statement
+// rows: the part of Deliver
 // that needs no Neo4j, which a caller can do while an earlier batch is being
 // written (the rebuild's replay does). It is not changed by delivery, so a
 // failed delivery can be retried with it.
@@ -89,7 +90,7 @@ type Prepared struct {
 }
 
 // Prepare does the part of Deliver that needs no Neo4j: bounds, decoding,
-// upcasting, validation and translation of each event.
+// upcasting, validation, translation and statement rows of each event.
 func (p *Projector) Prepare(batch []relay.Message) *Prepared {
 	prep := &Prepared{batch: batch, items: make([]*item, 0, len(batch)), rejected: map[int64]error{}}
 	failing := failedAggregates{}
