@@ -48,6 +48,16 @@ type nodeRow struct {
 	row   map[string]any
 }
 
+// newNodeRow is a node's key and guard as a statement row.
+func newNodeRow(label string, tenantID, id int64, guard graphmodel.Guard) nodeRow {
+	return nodeRow{label: label, key: nodeKey{tenantID, id}, guard: guard, row: map[string]any{
+		graphmodel.KeyTenantID: tenantID,
+		graphmodel.KeyID:       id,
+		"version":              guard.Version,
+		"outbox_id":            guard.OutboxID,
+	}}
+}
+
 type relRow struct {
 	rel  graphmodel.Relationship
 	key  any // singleKey or factKey
@@ -80,13 +90,9 @@ func (b *Builder) Rows(mut graphmodel.Mutations) (*Rows, error) {
 		if err != nil {
 			return nil, err
 		}
-		out.nodes = append(out.nodes, nodeRow{label: n.Label, key: nodeKey{n.TenantID, n.ID}, guard: n.Guard, row: map[string]any{
-			graphmodel.KeyTenantID: n.TenantID,
-			graphmodel.KeyID:       n.ID,
-			"version":              n.Guard.Version,
-			"outbox_id":            n.Guard.OutboxID,
-			"props":                props,
-		}})
+		row := newNodeRow(n.Label, n.TenantID, n.ID, n.Guard)
+		row.row["props"] = props
+		out.nodes = append(out.nodes, row)
 	}
 	for _, d := range mut.Deletes {
 		label, ok := b.labels[d.Label]
@@ -96,12 +102,7 @@ func (b *Builder) Rows(mut graphmodel.Mutations) (*Rows, error) {
 		if err := checkIDs(d.Label, d.TenantID, d.ID); err != nil {
 			return nil, err
 		}
-		out.deletes = append(out.deletes, nodeRow{label: d.Label, key: nodeKey{d.TenantID, d.ID}, guard: d.Guard, row: map[string]any{
-			graphmodel.KeyTenantID: d.TenantID,
-			graphmodel.KeyID:       d.ID,
-			"version":              d.Guard.Version,
-			"outbox_id":            d.Guard.OutboxID,
-		}})
+		out.deletes = append(out.deletes, newNodeRow(d.Label, d.TenantID, d.ID, d.Guard))
 	}
 	for _, r := range mut.Rels {
 		rel, ok := b.rels[r.Type]
@@ -146,6 +147,8 @@ func (b *Builder) StatementsOf(batch []*Rows, current graphmodel.SingleTargets) 
 	deletes := map[string]*rowSet{}
 	clears := map[string]*rowSet{}
 	merges := map[string]*rowSet{}
+	// Each kind of row goes to its own sets, so one pass in batch order keeps
+	// every set in batch order.
 	for _, rows := range batch {
 		for _, t := range rows.tenants {
 			if !tenants[t] {
@@ -153,29 +156,24 @@ func (b *Builder) StatementsOf(batch []*Rows, current graphmodel.SingleTargets) 
 				tenantRows = append(tenantRows, map[string]any{graphmodel.KeyTenantID: t})
 			}
 		}
-	}
-	for _, rows := range batch {
 		for _, n := range rows.nodes {
 			rowSetFor(upserts, n.label).keepNewest(n.key, n.guard, n.row)
 		}
-	}
-	for _, rows := range batch {
 		for _, d := range rows.deletes {
 			rowSetFor(deletes, d.label).keepNewest(d.key, d.guard, d.row)
 		}
-	}
-	for _, rows := range batch {
 		for _, r := range rows.rels {
-			if r.rel.Single {
+			switch {
+			case !r.rel.Single:
+				rowSetFor(merges, r.rel.Type).replace(r.key, r.row)
+			default:
 				if current == nil || hasStale(current[r.from], r.toID) {
 					rowSetFor(clears, r.rel.Type).replace(r.key, r.row)
 				}
 				if r.toID != 0 {
 					rowSetFor(merges, r.rel.Type).replace(r.key, r.row)
 				}
-				continue
 			}
-			rowSetFor(merges, r.rel.Type).replace(r.key, r.row)
 		}
 	}
 

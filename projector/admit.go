@@ -166,18 +166,17 @@ func ownersParams(model graphmodel.Model, items []*item) map[string]any {
 	for _, r := range model.Relationships {
 		single[r.Type] = r.Single
 	}
-	seen := map[string]map[int64]bool{}
+	type entry struct {
+		param string
+		id    int64
+	}
+	seen := map[entry]bool{}
 	params := map[string]any{}
 	add := func(param string, id int64) {
-		if seen[param] == nil {
-			seen[param] = map[int64]bool{}
+		if !seen[entry{param, id}] {
+			seen[entry{param, id}] = true
+			params[param] = append(params[param].([]any), id)
 		}
-		if seen[param][id] {
-			return
-		}
-		seen[param][id] = true
-		list, _ := params[param].([]any)
-		params[param] = append(list, id)
 	}
 	for _, label := range cypher.Labels(model) {
 		params[cypher.OwnersParam(label)] = []any{}

@@ -68,7 +68,11 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 			return nil
 		}
 		if len(c.batch) > 0 {
-			rejected, err := b.deliver(ctx, c)
+			send := func(ctx context.Context) (map[int64]error, error) { return b.cfg.Sink.Deliver(ctx, c.batch) }
+			if c.prepared != nil {
+				send = func(ctx context.Context) (map[int64]error, error) { return prep.DeliverPrepared(ctx, c.prepared) }
+			}
+			rejected, err := b.deliver(ctx, send)
 			if err != nil {
 				return fmt.Errorf("replay events up to outbox id %d: %w", c.last.ID, err)
 			}
@@ -104,25 +108,20 @@ type historyChunk struct {
 }
 
 // preparer is a sink that can do the part of its delivery that needs no
-// graph ahead of time (the projector: decoding and translation).
+// graph ahead of time (the projector: decoding, translation, statement
+// rows).
 type preparer interface {
 	Prepare(batch []relay.Message) *projector.Prepared
 	DeliverPrepared(ctx context.Context, prepared *projector.Prepared) (map[int64]error, error)
 }
 
-// deliver hands a chunk to the sink, again after a pause when the whole
-// chunk failed (Neo4j unavailable, a deadlock with live sync, a timeout):
-// the events are idempotent. A broken sink is not retried.
-func (b *Rebuilder) deliver(ctx context.Context, c historyChunk) (map[int64]error, error) {
+// deliver hands a chunk to the sink through send, again after a pause when
+// the whole chunk failed (Neo4j unavailable, a deadlock with live sync, a
+// timeout): the events are idempotent. A broken sink is not retried.
+func (b *Rebuilder) deliver(ctx context.Context, send func(context.Context) (map[int64]error, error)) (map[int64]error, error) {
 	wait := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		var rejected map[int64]error
-		var err error
-		if c.prepared != nil {
-			rejected, err = b.cfg.Sink.(preparer).DeliverPrepared(ctx, c.prepared)
-		} else {
-			rejected, err = b.cfg.Sink.Deliver(ctx, c.batch)
-		}
+		rejected, err := send(ctx)
 		if err == nil || errors.Is(err, relay.ErrSinkBroken) || attempt == 6 {
 			return rejected, err
 		}
