@@ -52,6 +52,11 @@ func benchRebuildSize(b *testing.B, binary string, size int) string {
 	if err := projector.EnsureSchema(ctx, driver); err != nil {
 		b.Fatal(err)
 	}
+	pageCache, err := benchdata.PageCache(ctx, driver)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%d nodes: Neo4j page cache %s", size, pageCache)
 	shape := benchdata.NewShape(size)
 	tenants := shape.TenantIDs()
 	b.Cleanup(func() { wipe(b, driver, tenants) })

@@ -218,3 +218,21 @@ func PeakRSS(cmd *exec.Cmd) (float64, []byte, error) {
 		}
 	}
 }
+
+// PageCache returns the page cache size the Neo4j under test was given, for
+// a benchmark's log: a page cache smaller than the store makes every write
+// path read pages back from the file system, the guarded ones most (the
+// rebuild benchmark at 1M moved from 112-138 s to 97 s for the snapshot when
+// 128m became 2g; scripts/neo4j.sh sizes it).
+func PageCache(ctx context.Context, driver neo4j.DriverWithContext) (string, error) {
+	res, err := neo4j.ExecuteQuery(ctx, driver, "SHOW SETTINGS YIELD name, value WHERE name = 'server.memory.pagecache.size' RETURN value",
+		nil, neo4j.EagerResultTransformer)
+	if err != nil {
+		return "", fmt.Errorf("benchdata: read Neo4j's page cache size: %w", err)
+	}
+	if len(res.Records) != 1 {
+		return "", fmt.Errorf("benchdata: Neo4j reports no page cache size")
+	}
+	value, _, err := neo4j.GetRecordValue[string](res.Records[0], "value")
+	return value, err
+}
