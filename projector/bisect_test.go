@@ -21,7 +21,7 @@ func TestDeliverIsolatesEventsNeo4jRefuses(t *testing.T) {
 	poisoned := map[int64]bool{3: true, 6: true, 7: true}
 	var applied []int64
 	transactions := 0
-	p.applyBatch = func(_ context.Context, items []*item) (map[int64]error, error) {
+	p.applyBatch = func(_ context.Context, items []*item, _ *lookAhead) (map[int64]error, error) {
 		transactions++
 		for _, it := range items {
 			if poisoned[it.msg.ID] {
@@ -65,7 +65,7 @@ func TestDeliverIsolatesEventsNeo4jRefuses(t *testing.T) {
 func TestDeliverReturnsUnavailabilityAsBatchError(t *testing.T) {
 	p := newTestProjector(t)
 	down := &neo4j.ConnectivityError{Inner: errors.New("connection refused")}
-	p.applyBatch = func(context.Context, []*item) (map[int64]error, error) { return nil, down }
+	p.applyBatch = func(context.Context, []*item, *lookAhead) (map[int64]error, error) { return nil, down }
 	a := &ids{tenant: 5}
 	rejected, err := p.Deliver(context.Background(), []relay.Message{
 		a.message(t, events.ProductCreated{ProductState: product(1, 1, "P", 0, "", 100, "active")}),
@@ -119,7 +119,7 @@ func TestBisectionKeepsAggregateOrder(t *testing.T) {
 	av2 := a.message(t, events.ProductUpdated{ProductState: product(1, 2, "A2", 0, "", 100, "active")})
 	c := a.message(t, events.ProductCreated{ProductState: product(3, 1, "C", 0, "", 100, "active")})
 	var applied []int64
-	p.applyBatch = func(_ context.Context, items []*item) (map[int64]error, error) {
+	p.applyBatch = func(_ context.Context, items []*item, _ *lookAhead) (map[int64]error, error) {
 		for _, it := range items {
 			if it.msg.ID == av1.ID {
 				return nil, &neo4j.Neo4jError{Code: "Neo.ClientError.Statement.TypeError", Msg: "boom"}
@@ -155,7 +155,7 @@ func TestBisectionInsideAChain(t *testing.T) {
 	batch = append(batch[:2], append([]relay.Message{other}, batch[2:]...)...)
 	refused := batch[4].ID // A v4
 	var applied []int64
-	p.applyBatch = func(_ context.Context, items []*item) (map[int64]error, error) {
+	p.applyBatch = func(_ context.Context, items []*item, _ *lookAhead) (map[int64]error, error) {
 		for _, it := range items {
 			if it.msg.ID == refused {
 				return nil, &neo4j.Neo4jError{Code: "Neo.ClientError.Statement.TypeError", Msg: "boom"}
@@ -194,7 +194,7 @@ func TestOutageMidBisection(t *testing.T) {
 	}
 	calls := 0
 	var applied []int64
-	p.applyBatch = func(_ context.Context, items []*item) (map[int64]error, error) {
+	p.applyBatch = func(_ context.Context, items []*item, _ *lookAhead) (map[int64]error, error) {
 		calls++
 		switch calls {
 		case 1:

@@ -39,13 +39,13 @@ func newProjectorScope(t *testing.T) sinktest.Scope {
 	other := newIDs(t, driver)
 	s.foreign = other.id(900)
 	deliverAll(t, p, other.message(t, events.ProductCreated{ProductState: product(other.id(1), 1, "Other", s.foreign, "Theirs", 100, "active")}))
-	p.applyBatch = func(ctx context.Context, items []*item) (map[int64]error, error) {
+	p.applyBatch = func(ctx context.Context, items []*item, _ *lookAhead) (map[int64]error, error) {
 		for _, it := range items {
 			if s.refused[it.msg.ID] {
 				return nil, &neo4j.Neo4jError{Code: "Neo.ClientError.Statement.TypeError", Msg: "refused by the test"}
 			}
 		}
-		return p.apply(ctx, items)
+		return p.apply(ctx, items, nil)
 	}
 	dead, err := neo4j.NewDriverWithContext("bolt://127.0.0.1:1", neo4j.NoAuth(), func(c *config.Config) {
 		c.MaxTransactionRetryTime = 200 * time.Millisecond

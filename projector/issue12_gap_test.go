@@ -197,7 +197,7 @@ func TestIssue12InterleavedRefusalThroughRelay(t *testing.T) {
 	ids := r.insert(r.productEvent(a, 1, "A"), r.productEvent(b, 1, "B"), r.productEvent(a, 2, "A2"), r.productEvent(c, 1, "C"))
 	av1, bID, av2, cID := ids[0], ids[1], ids[2], ids[3]
 	var refusals sync.Map
-	p.applyBatch = func(ctx context.Context, items []*item) (map[int64]error, error) {
+	p.applyBatch = func(ctx context.Context, items []*item, _ *lookAhead) (map[int64]error, error) {
 		for _, it := range items {
 			if it.msg.ID == av1 {
 				n, _ := refusals.LoadOrStore(av1, new(int))
@@ -205,7 +205,7 @@ func TestIssue12InterleavedRefusalThroughRelay(t *testing.T) {
 				return nil, &neo4j.Neo4jError{Code: "Neo.ClientError.Statement.TypeError", Msg: "refused by the test"}
 			}
 		}
-		return p.apply(ctx, items)
+		return p.apply(ctx, items, nil)
 	}
 	var early sync.Once
 	var appliedEarly bool

@@ -96,12 +96,16 @@ func sinkError(class failureClass, err error) error {
 	return err
 }
 
-// apply runs one write transaction: look up who owns the ids the items name,
-// admit or reject each item, write the admitted ones. ExecuteWrite retries
-// the whole function on transient errors, so admission is redone each time.
-func (p *Projector) apply(ctx context.Context, items []*item) (map[int64]error, error) {
+// apply runs one write transaction: look up who owns the ids the items name
+// (only those ahead says may have changed, when ahead is not nil), admit or
+// reject each item, write the admitted ones. ExecuteWrite retries the whole
+// function on transient errors, so admission is redone each time.
+func (p *Projector) apply(ctx context.Context, items []*item, ahead *lookAhead) (map[int64]error, error) {
 	model := p.builder.Model()
 	params := ownersParams(model, items)
+	if ahead != nil {
+		params = ahead.reread(params)
+	}
 	ownersQuery := p.builder.OwnersQuery()
 
 	session := p.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite, DatabaseName: p.cfg.Database, FetchSize: neo4j.FetchAll})
@@ -111,6 +115,9 @@ func (p *Projector) apply(ctx context.Context, items []*item) (map[int64]error, 
 		graph, current, err := readOwners(ctx, tx, ownersQuery, params)
 		if err != nil {
 			return nil, err
+		}
+		if ahead != nil {
+			graph, current = ahead.merge(graph, current)
 		}
 		accepted, refused := newAdmission(model, graph).admit(items)
 		for _, stmt := range p.builder.StatementsOf(statementRows(accepted), current) {

@@ -25,9 +25,9 @@ type Projector struct {
 	builder *cypher.Builder
 	log     *zap.Logger
 	metrics *metrics
-	// applyBatch applies items in one transaction: apply, or a fake in the
-	// bisection test.
-	applyBatch func(ctx context.Context, items []*item) (map[int64]error, error)
+	// applyBatch applies items in one transaction (with the owner lookup
+	// read ahead, when not nil): apply, or a fake in the bisection test.
+	applyBatch func(ctx context.Context, items []*item, ahead *lookAhead) (map[int64]error, error)
 }
 
 var _ relay.Sink = (*Projector)(nil)
@@ -86,6 +86,8 @@ type Prepared struct {
 	// rejected holds the events that failed before Neo4j, and the later
 	// events of their aggregates.
 	rejected map[int64]error
+	// ahead is the owner lookup LookAhead read for the next delivery.
+	ahead *lookAhead
 }
 
 // Prepare does the part of Deliver that needs no Neo4j: bounds, decoding,
@@ -107,14 +109,19 @@ func (p *Projector) Prepare(batch []relay.Message) *Prepared {
 	return prep
 }
 
-// DeliverPrepared is Deliver for a batch Prepare has prepared.
+// DeliverPrepared is Deliver for a batch Prepare has prepared (and
+// LookAhead may have looked up).
 func (p *Projector) DeliverPrepared(ctx context.Context, prep *Prepared) (map[int64]error, error) {
 	start := time.Now()
 	batch, items := prep.batch, prep.items
+	// A reading ahead serves one delivery: this one may apply a part of the
+	// batch before it fails, which the reading would not know of.
+	ahead := prep.ahead
+	prep.ahead = nil
 	p.metrics.batchSize.Observe(float64(len(batch)))
 	rejected := maps.Clone(prep.rejected)
 	if len(items) > 0 {
-		run := &chainRun{p: p, rejected: rejected, applied: map[int64]bool{}}
+		run := &chainRun{p: p, rejected: rejected, applied: map[int64]bool{}, ahead: ahead}
 		if err := run.apply(ctx, chainsOf(items)); err != nil {
 			class := classify(err)
 			p.metrics.neo4jErrors.WithLabelValues(class.String()).Inc()
@@ -235,6 +242,9 @@ type chainRun struct {
 	p        *Projector
 	rejected map[int64]error
 	applied  map[int64]bool
+	// ahead serves the first transaction only, the whole batch: the
+	// bisection's halves apply after other halves committed.
+	ahead *lookAhead
 }
 
 // apply applies chains in one transaction. When Neo4j refuses it because of
@@ -247,7 +257,9 @@ func (r *chainRun) apply(ctx context.Context, chains []chain) error {
 	for _, c := range chains {
 		items = append(items, c...)
 	}
-	refused, err := r.p.applyBatch(ctx, items)
+	ahead := r.ahead
+	r.ahead = nil
+	refused, err := r.p.applyBatch(ctx, items, ahead)
 	if err == nil {
 		for _, it := range items {
 			if reason := refused[it.msg.ID]; reason != nil {

@@ -44,9 +44,18 @@ func writeWorkload(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithCont
 
 func rebuildScope(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, cfg Config) *Result {
 	t.Helper()
-	sink, err := projector.New(driver, projector.Config{}, zaptest.NewLogger(t))
+	res, err := runScope(t, pool, driver, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return res
+}
+
+// runScope is rebuildScope for a goroutine: it returns its error.
+func runScope(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, cfg Config) (*Result, error) {
+	sink, err := projector.New(driver, projector.Config{}, zaptest.NewLogger(t))
+	if err != nil {
+		return nil, err
 	}
 	cfg.Sink = sink
 	if cfg.RecheckAfter == 0 {
@@ -54,13 +63,13 @@ func rebuildScope(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithConte
 	}
 	b, err := New(pool, driver, cfg, zaptest.NewLogger(t))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	res, err := b.Run(context.Background())
 	if err != nil {
-		t.Fatalf("rebuild of tenant %d (%s): %v", cfg.TenantID, cfg.Source, err)
+		return nil, fmt.Errorf("rebuild of tenant %d (%s): %w", cfg.TenantID, cfg.Source, err)
 	}
-	return res
+	return res, nil
 }
 
 func dump(t *testing.T, driver neo4j.DriverWithContext, tenant int64) projector.Dump {
@@ -228,18 +237,32 @@ func TestRebuildUnderLiveLoadConverges(t *testing.T) {
 	t.Cleanup(func() { teststack.CleanGraph(t, driver, tenants...) })
 	// Wipe one tenant while it is written: the snapshot brings it back.
 	teststack.CleanGraph(t, driver, tenants[0])
-	var under []*Result
-	for i, cfg := range []Config{
+	// Both rebuilds start at once, one per tenant and source, so that both
+	// run while the workload is written (one after the other, the second
+	// could start after the workload ended).
+	select {
+	case ids := <-done:
+		done <- ids
+		t.Fatal("the workload was over before the rebuilds started: they would not run under load")
+	default:
+	}
+	configs := []Config{
 		{TenantID: tenants[0], Source: SourceSnapshot, ChunkSize: 50},
 		{TenantID: tenants[1], Source: SourceReplay, ChunkSize: 100},
-	} {
-		select {
-		case ids := <-done:
-			done <- ids
-			t.Fatalf("the workload was over before rebuild %d started: it would not run under load", i+1)
-		default:
-		}
-		under = append(under, rebuildScope(t, pool, driver, cfg))
+	}
+	under := make([]*Result, len(configs))
+	errs := make([]error, len(configs))
+	var wg sync.WaitGroup
+	for i, cfg := range configs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			under[i], errs[i] = runScope(t, pool, driver, cfg)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 	select {
 	case <-done:

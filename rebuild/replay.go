@@ -57,7 +57,11 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 			xid, id = c.last.XID, c.last.ID
 		}
 	}()
-	for c := range chunks {
+	// While a chunk is written, the next one's owner lookup is read ahead
+	// (Projector.LookAhead); the write then reads again only what the chunk
+	// before it touched.
+	c, ok := <-chunks
+	for ok {
 		if c.err != nil {
 			return c.err
 		}
@@ -67,12 +71,20 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 		if c.read == 0 {
 			return nil
 		}
-		if len(c.batch) > 0 {
-			send := func(ctx context.Context) (map[int64]error, error) { return b.cfg.Sink.Deliver(ctx, c.batch) }
-			if c.prepared != nil {
-				send = func(ctx context.Context) (map[int64]error, error) { return prep.DeliverPrepared(ctx, c.prepared) }
+		next, nextOK := historyChunk{}, false
+		lookedAhead := make(chan struct{})
+		go func() {
+			defer close(lookedAhead)
+			next, nextOK = <-chunks
+			if nextOK && next.err == nil && next.prepared != nil {
+				// A failed look-ahead leaves the lookup to the write.
+				_ = prep.LookAhead(ctx, next.prepared, c.prepared)
 			}
-			rejected, err := b.deliver(ctx, send)
+		}()
+		// Every return below waits for the look-ahead first.
+		rejected, err := b.deliverChunk(ctx, c, prep)
+		<-lookedAhead
+		if len(c.batch) > 0 {
 			if err != nil {
 				return fmt.Errorf("replay events up to outbox id %d: %w", c.last.ID, err)
 			}
@@ -92,8 +104,22 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 			return err
 		}
 		b.cfg.Progress(Progress{Phase: "replay", Done: cp.done, Total: max(total, cp.done), Chunks: cp.chunks, Resumed: res.Resumed})
+		c, ok = next, nextOK
 	}
 	return ctx.Err()
+}
+
+// deliverChunk hands a chunk's events to the sink, prepared when the sink
+// prepares ahead.
+func (b *Rebuilder) deliverChunk(ctx context.Context, c historyChunk, prep preparer) (map[int64]error, error) {
+	if len(c.batch) == 0 {
+		return nil, nil
+	}
+	send := func(ctx context.Context) (map[int64]error, error) { return b.cfg.Sink.Deliver(ctx, c.batch) }
+	if c.prepared != nil {
+		send = func(ctx context.Context) (map[int64]error, error) { return prep.DeliverPrepared(ctx, c.prepared) }
+	}
+	return b.deliver(ctx, send)
 }
 
 // historyChunk is one read of the history: the processed events (prepared
@@ -112,6 +138,7 @@ type historyChunk struct {
 // rows).
 type preparer interface {
 	Prepare(batch []relay.Message) *projector.Prepared
+	LookAhead(ctx context.Context, prepared, inFlight *projector.Prepared) error
 	DeliverPrepared(ctx context.Context, prepared *projector.Prepared) (map[int64]error, error)
 }
 

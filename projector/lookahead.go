@@ -1,0 +1,135 @@
+package projector
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+
+	"graphsync/cypher"
+	"graphsync/graphmodel"
+)
+
+// lookAhead is a batch's owner lookup read before its write transaction,
+// while the batch before it was being written, and what that batch may have
+// changed of it.
+type lookAhead struct {
+	graph   owners
+	current graphmodel.SingleTargets
+	// touched are the nodes, by label and id, that the batch in flight
+	// during the read upserts or deletes (tombstones included): the only
+	// ones whose owners, existence or Single targets the read may have
+	// missed a change of. The write transaction reads them again.
+	touched map[labelID]bool
+	// fromLabel is each Single relationship type's From label.
+	fromLabel map[string]string
+}
+
+// LookAhead does the owner lookup of prep's next delivery now, in a read
+// transaction of its own, so that a caller writing batches one after
+// another (the rebuild's replay) overlaps it with the write of the batch
+// before, inFlight. The write transaction then reads again only what
+// inFlight may have changed: the ids it upserts or deletes. Call it after
+// every batch delivered before inFlight has returned, and deliver prep right
+// after inFlight; other writers' changes are then as visible as they are to
+// a lookup inside the transaction (which, under read committed, sees no more
+// than the writes committed before it). inFlight nil means no write runs
+// meanwhile. The reading is used by prep's next delivery only; a failed
+// look-ahead leaves the lookup to the transaction.
+func (p *Projector) LookAhead(ctx context.Context, prep, inFlight *Prepared) error {
+	prep.ahead = nil
+	if len(prep.items) == 0 {
+		return nil
+	}
+	model := p.builder.Model()
+	session := p.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeRead, DatabaseName: p.cfg.Database, FetchSize: neo4j.FetchAll})
+	defer closeSession(ctx, session)
+	type read struct {
+		graph   owners
+		current graphmodel.SingleTargets
+	}
+	r, err := neo4j.ExecuteRead(ctx, session, func(tx neo4j.ManagedTransaction) (read, error) {
+		graph, current, err := readOwners(ctx, tx, p.builder.OwnersQuery(), ownersParams(model, prep.items))
+		return read{graph, current}, err
+	}, neo4j.WithTxTimeout(p.cfg.TxTimeout))
+	if err != nil {
+		return fmt.Errorf("projector: look ahead: %w", err)
+	}
+	ahead := &lookAhead{graph: r.graph, current: r.current, touched: map[labelID]bool{}, fromLabel: map[string]string{}}
+	for _, rel := range model.Relationships {
+		if rel.Single {
+			ahead.fromLabel[rel.Type] = rel.From
+		}
+	}
+	if inFlight != nil {
+		tombstones := map[string]string{}
+		for _, l := range model.Labels {
+			tombstones[l.Name] = l.Tombstone
+		}
+		for _, it := range inFlight.items {
+			for _, n := range it.mut.Nodes {
+				ahead.touched[labelID{n.Label, n.ID}] = true
+			}
+			for _, d := range it.mut.Deletes {
+				ahead.touched[labelID{d.Label, d.ID}] = true
+				ahead.touched[labelID{tombstones[d.Label], d.ID}] = true
+			}
+		}
+	}
+	prep.ahead = ahead
+	return nil
+}
+
+// reread narrows an owner lookup's parameters to the touched nodes.
+func (a *lookAhead) reread(params map[string]any) map[string]any {
+	out := make(map[string]any, len(params))
+	for name, list := range params {
+		label, ok := ownersParamLabel(name)
+		if !ok {
+			relType, _ := targetsParamType(name)
+			label = a.fromLabel[relType]
+		}
+		var keep []any
+		for _, id := range list.([]any) {
+			if a.touched[labelID{label, id.(int64)}] {
+				keep = append(keep, id)
+			}
+		}
+		out[name] = append([]any{}, keep...)
+	}
+	return out
+}
+
+// merge is the read ahead with the touched nodes' entries replaced by the
+// transaction's reading of them.
+func (a *lookAhead) merge(graph owners, current graphmodel.SingleTargets) (owners, graphmodel.SingleTargets) {
+	for key, tenants := range a.graph {
+		if !a.touched[key] {
+			graph[key] = tenants
+		}
+	}
+	for from, targets := range a.current {
+		if !a.touched[labelID{a.fromLabel[from.Type], from.FromID}] {
+			current[from] = targets
+		}
+	}
+	return graph, current
+}
+
+// ownersParamLabel and targetsParamType invert cypher.OwnersParam and
+// cypher.TargetsParam.
+func ownersParamLabel(name string) (string, bool) {
+	prefix := cypher.OwnersParam("")
+	if len(name) > len(prefix) && name[:len(prefix)] == prefix {
+		return name[len(prefix):], true
+	}
+	return "", false
+}
+
+func targetsParamType(name string) (string, bool) {
+	prefix := cypher.TargetsParam("")
+	if len(name) > len(prefix) && name[:len(prefix)] == prefix {
+		return name[len(prefix):], true
+	}
+	return "", false
+}
