@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +33,8 @@ var benchSizes = flag.String("rebuild-nodes", "100000,1000000", "BenchmarkRebuil
 //     DefaultChunkSize: the base phase (the ceiling's work) and the whole
 //     command (sweep and check included);
 //   - the peak RSS of `graphsync rebuild` as a process.
+//
+// The rebuilds run in this process with GCPercent, as the command does.
 //
 // Run it with `make bench-rebuild`.
 func BenchmarkRebuild(b *testing.B) {
@@ -79,6 +82,8 @@ func benchRebuildSize(b *testing.B, binary string, size int) string {
 		b.Fatal(err)
 	}
 
+	// The rebuilds run with the collector target the command sets.
+	defer debug.SetGCPercent(debug.SetGCPercent(GCPercent))
 	b.ResetTimer()
 	var ceiling time.Duration
 	results := map[Source]*Result{}

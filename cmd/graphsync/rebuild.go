@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -47,6 +48,9 @@ func runRebuild(ctx context.Context, args []string) error {
 	}
 	if *progressMode != "auto" && *progressMode != "bar" && *progressMode != "log" {
 		return exitError{2, fmt.Sprintf("unknown --progress %q: want auto, bar or log", *progressMode)}
+	}
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(rebuild.GCPercent)
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
