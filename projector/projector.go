@@ -78,8 +78,9 @@ func (p *Projector) Deliver(ctx context.Context, batch []relay.Message) (map[int
 
 // Prepared is a batch checked, decoded, translated and shaped into statement
 // rows: the part of Deliver that needs no Neo4j, which a caller can do while
-// an earlier batch is being written (the rebuild's replay does). It is not
-// changed by delivery, so a failed delivery can be retried with it.
+// an earlier batch is being written (the rebuild's replay does). Delivery
+// changes nothing of it but drop LookAhead's reading, which serves one
+// delivery, so a failed delivery can be retried with it (and looks up again).
 type Prepared struct {
 	batch []relay.Message
 	items []*item
