@@ -157,14 +157,18 @@ func (a *admission) check(it *item) error {
 // ownersParams is the OwnersQuery's parameters for items: per label, the
 // ids they name (each label's tombstone label is asked for the same ids);
 // per Single relationship type, the From ids whose relationship they write.
-func ownersParams(model graphmodel.Model, items []*item) map[string]any {
+// keep, when not nil, narrows it to the nodes (a From node, for a Single
+// relationship) it returns true for.
+func ownersParams(model graphmodel.Model, items []*item, keep func(labelID) bool) map[string]any {
 	tombstones := map[string]string{}
 	for _, l := range model.Labels {
 		tombstones[l.Name] = l.Tombstone
 	}
-	single := map[string]bool{}
+	singleFrom := map[string]string{} // Single relationship type -> From label
 	for _, r := range model.Relationships {
-		single[r.Type] = r.Single
+		if r.Single {
+			singleFrom[r.Type] = r.From
+		}
 	}
 	type entry struct {
 		param string
@@ -172,7 +176,11 @@ func ownersParams(model graphmodel.Model, items []*item) map[string]any {
 	}
 	seen := map[entry]bool{}
 	params := map[string]any{}
-	add := func(param string, id int64) {
+	add := func(param string, node labelID) {
+		id := node.id
+		if keep != nil && !keep(node) {
+			return
+		}
 		if !seen[entry{param, id}] {
 			seen[entry{param, id}] = true
 			params[param] = append(params[param].([]any), id)
@@ -188,14 +196,14 @@ func ownersParams(model graphmodel.Model, items []*item) map[string]any {
 	}
 	for _, it := range items {
 		for _, r := range it.refs {
-			add(cypher.OwnersParam(r.label), r.id)
+			add(cypher.OwnersParam(r.label), labelID{r.label, r.id})
 			if tombstone := tombstones[r.label]; tombstone != "" {
-				add(cypher.OwnersParam(tombstone), r.id)
+				add(cypher.OwnersParam(tombstone), labelID{tombstone, r.id})
 			}
 		}
 		for _, rel := range it.mut.Rels {
-			if single[rel.Type] {
-				add(cypher.TargetsParam(rel.Type), rel.FromID)
+			if from, single := singleFrom[rel.Type]; single {
+				add(cypher.TargetsParam(rel.Type), labelID{from, rel.FromID})
 			}
 		}
 	}

@@ -155,7 +155,7 @@ func TestOwnersParamsAskTombstonesAndSingleTargets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := ownersParams(graphmodel.Default, []*item{order, product})
+	got := ownersParams(graphmodel.Default, []*item{order, product}, nil)
 	want := map[string][]any{"ids_Order": {int64(9)}, "ids_Customer": {int64(11)}, "ids_Product": {int64(7), int64(8)},
 		"ids_DeletedProduct": {int64(7), int64(8)}, "ids_Category": {int64(3)}, "ids_Tenant": {},
 		// Only the product whose IN_CATEGORY the batch writes, not the

@@ -6,7 +6,6 @@ import (
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
-	"graphsync/cypher"
 	"graphsync/graphmodel"
 )
 
@@ -49,7 +48,7 @@ func (p *Projector) LookAhead(ctx context.Context, prep, inFlight *Prepared) err
 		current graphmodel.SingleTargets
 	}
 	r, err := neo4j.ExecuteRead(ctx, session, func(tx neo4j.ManagedTransaction) (read, error) {
-		graph, current, err := readOwners(ctx, tx, p.builder.OwnersQuery(), ownersParams(model, prep.items))
+		graph, current, err := readOwners(ctx, tx, p.builder.OwnersQuery(), ownersParams(model, prep.items, nil))
 		return read{graph, current}, err
 	}, neo4j.WithTxTimeout(p.cfg.TxTimeout))
 	if err != nil {
@@ -80,25 +79,8 @@ func (p *Projector) LookAhead(ctx context.Context, prep, inFlight *Prepared) err
 	return nil
 }
 
-// reread narrows an owner lookup's parameters to the touched nodes.
-func (a *lookAhead) reread(params map[string]any) map[string]any {
-	out := make(map[string]any, len(params))
-	for name, list := range params {
-		label, ok := ownersParamLabel(name)
-		if !ok {
-			relType, _ := targetsParamType(name)
-			label = a.fromLabel[relType]
-		}
-		var keep []any
-		for _, id := range list.([]any) {
-			if a.touched[labelID{label, id.(int64)}] {
-				keep = append(keep, id)
-			}
-		}
-		out[name] = append([]any{}, keep...)
-	}
-	return out
-}
+// stale reports whether the batch in flight during the read touched node.
+func (a *lookAhead) stale(node labelID) bool { return a.touched[node] }
 
 // merge is the read ahead with the touched nodes' entries replaced by the
 // transaction's reading of them.
@@ -114,22 +96,4 @@ func (a *lookAhead) merge(graph owners, current graphmodel.SingleTargets) (owner
 		}
 	}
 	return graph, current
-}
-
-// ownersParamLabel and targetsParamType invert cypher.OwnersParam and
-// cypher.TargetsParam.
-func ownersParamLabel(name string) (string, bool) {
-	prefix := cypher.OwnersParam("")
-	if len(name) > len(prefix) && name[:len(prefix)] == prefix {
-		return name[len(prefix):], true
-	}
-	return "", false
-}
-
-func targetsParamType(name string) (string, bool) {
-	prefix := cypher.TargetsParam("")
-	if len(name) > len(prefix) && name[:len(prefix)] == prefix {
-		return name[len(prefix):], true
-	}
-	return "", false
 }

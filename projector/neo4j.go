@@ -102,10 +102,11 @@ func sinkError(class failureClass, err error) error {
 // function on transient errors, so admission is redone each time.
 func (p *Projector) apply(ctx context.Context, items []*item, ahead *lookAhead) (map[int64]error, error) {
 	model := p.builder.Model()
-	params := ownersParams(model, items)
+	var reread func(labelID) bool
 	if ahead != nil {
-		params = ahead.reread(params)
+		reread = ahead.stale
 	}
+	params := ownersParams(model, items, reread)
 	ownersQuery := p.builder.OwnersQuery()
 
 	session := p.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite, DatabaseName: p.cfg.Database, FetchSize: neo4j.FetchAll})
