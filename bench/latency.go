@@ -92,9 +92,13 @@ func runLatency(ctx context.Context, st *stack, cfg benchConfig, mode string, lo
 	if err != nil {
 		return result, err
 	}
-	total := int(float64(cfg.latencyRate) * cfg.latencyDuration.Seconds())
-	log.Info("offering", zap.Int("rate", cfg.latencyRate), zap.Duration("for", cfg.latencyDuration), zap.Int("products", len(products)))
-	committed, txTook, commitTook, err := offer(ctx, sc, products, cfg.latencyRate, total, cfg.latencyDuration)
+	// The rate is offered without a break from the warm-up into the
+	// measured part; only the measured part's probes count.
+	warm := int(float64(cfg.latencyRate) * cfg.latencyWarmUp.Seconds())
+	total := warm + int(float64(cfg.latencyRate)*cfg.latencyDuration.Seconds())
+	log.Info("offering", zap.Int("rate", cfg.latencyRate), zap.Duration("warm_up", cfg.latencyWarmUp),
+		zap.Duration("for", cfg.latencyDuration), zap.Int("products", len(products)))
+	committed, txTook, commitTook, err := offer(ctx, sc, products, cfg.latencyRate, total, cfg.latencyWarmUp+cfg.latencyDuration)
 	if err != nil {
 		return result, err
 	}
@@ -112,7 +116,9 @@ func runLatency(ctx context.Context, st *stack, cfg benchConfig, mode string, lo
 		return result, err
 	}
 	var latencies []float64
-	for n, at := range committed {
+	committed, txTook, commitTook = committed[warm:], txTook[warm:], commitTook[warm:]
+	for i, at := range committed {
+		n := warm + i
 		processed, ok := applied[n]
 		if !ok {
 			return result, fmt.Errorf("probe %d was committed but is not marked processed", n)

@@ -17,6 +17,9 @@
 //
 //	. .local/services.env && go run ./bench [-quick] [-scale 0.5] [-modes stream]
 //
+// A resident graph of other tenants (-resident-nodes, 100k nodes) stays in
+// Neo4j for the whole run, as a production graph does (see resident.go).
+//
 // Every scenario gets its own PostgreSQL database (created from
 // GRAPHSYNC_PG_URL, migrated by `graphsync migrate`, dropped at the end) and
 // removes its tenants from Neo4j afterwards; tenant ids start at a random
@@ -61,13 +64,17 @@ type benchConfig struct {
 	backlogEvents        []int64
 	latencyRate          int
 	latencyDuration      time.Duration
-	batchSize            int
-	workers              int
-	writers              int
-	ordersPerTx          int
-	timeout              time.Duration
-	binary               string
-	outDir               string
+	latencyWarmUp        time.Duration
+	// residentNodes is the size of the graph of other tenants that stays in
+	// Neo4j for the whole run (see resident.go).
+	residentNodes int64
+	batchSize     int
+	workers       int
+	writers       int
+	ordersPerTx   int
+	timeout       time.Duration
+	binary        string
+	outDir        string
 }
 
 var (
@@ -77,17 +84,19 @@ var (
 
 func parseConfig(args []string) (benchConfig, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	quick := fs.Bool("quick", false, "a fast run: -scale 0.2 (20k/200k backlogs, 10k throughput events), 10s of latency probes, -timeout 20m, unless those are given")
+	quick := fs.Bool("quick", false, "a fast run: -scale 0.2 (20k/200k backlogs, 10k throughput events), 10s of latency probes, a 20k-node resident graph, -timeout 20m, unless those are given")
 	scale := fs.Float64("scale", 1, "multiplies every event count (throughput and backlog sizes)")
 	events := fs.Int64("events", 50_000, "throughput scenario: events at scale 1")
 	backlogs := fs.String("backlogs", "100000,1000000", "backlog sizes at scale 1, comma-separated")
 	modes := fs.String("modes", strings.Join(allModes, ","), "wake modes of the throughput and latency scenarios")
-	backlogModes := fs.String("backlog-modes", "stream", "wake modes of the backlog scenario")
+	backlogModes := fs.String("backlog-modes", strings.Join(allModes, ","), "wake modes of the backlog scenario")
 	backlogUntilCaughtUp := fs.Bool("backlog-until-caught-up", true, "backlog scenario: sync exits by itself (--until-caught-up); false: bench waits until the outbox is drained and stops sync "+
 		"(--until-caught-up counts every pending row each 200ms, which slows a 1M backlog down)")
 	scenarios := fs.String("scenarios", strings.Join(allScenarios, ","), "scenarios to run (the ceiling replays the throughput run's events)")
-	rate := fs.Int("rate", 200, "latency scenario: offered events per second")
-	latencyDuration := fs.Duration("latency-duration", 20*time.Second, "latency scenario: how long the rate is offered")
+	rate := fs.Int("rate", 500, "latency scenario: offered events per second")
+	resident := fs.Int64("resident-nodes", 100_000, "nodes of other tenants kept in Neo4j for the whole run, as a production graph holds them (0: every scenario writes into a nearly empty graph)")
+	latencyDuration := fs.Duration("latency-duration", 20*time.Second, "latency scenario: how long the rate is offered and measured")
+	latencyWarmUp := fs.Duration("latency-warm-up", 0, "latency scenario: how long the rate is offered before the measured part (0: the first probe counts; sync plans its statements as it starts)")
 	batchSize := fs.Int("batch-size", 500, "sync --batch-size, and the ceiling's events per transaction")
 	workers := fs.Int("workers", 1, "sync --workers")
 	writers := fs.Int("writers", 4, "throughput scenario: concurrent workload writers")
@@ -113,12 +122,15 @@ func parseConfig(args []string) (benchConfig, error) {
 		if !given["timeout"] {
 			*timeout = 20 * time.Minute
 		}
+		if !given["resident-nodes"] {
+			*resident = 20_000
+		}
 	}
 	cfg := benchConfig{
-		quick: *quick, scale: *scale, latencyRate: *rate, latencyDuration: *latencyDuration,
+		quick: *quick, scale: *scale, latencyRate: *rate, latencyDuration: *latencyDuration, latencyWarmUp: *latencyWarmUp,
 		batchSize: *batchSize, workers: *workers, writers: *writers, ordersPerTx: *ordersPerTx,
 		timeout: *timeout, binary: *binary, outDir: *outDir, scenarios: map[string]bool{},
-		backlogUntilCaughtUp: *backlogUntilCaughtUp,
+		backlogUntilCaughtUp: *backlogUntilCaughtUp, residentNodes: max(*resident, 0),
 	}
 	var err error
 	if cfg.modes, err = parseList(*modes, allModes, "-modes"); err != nil {
@@ -155,6 +167,9 @@ func parseConfig(args []string) (benchConfig, error) {
 		if p.value < 1 {
 			return cfg, fmt.Errorf("%s must be >= 1, got %d", p.name, p.value)
 		}
+	}
+	if cfg.latencyWarmUp < 0 {
+		return cfg, errors.New("-latency-warm-up must be >= 0")
 	}
 	if cfg.latencyDuration < time.Second || cfg.timeout <= 0 || cfg.throughputEvents < 1000 {
 		return cfg, errors.New("-latency-duration must be >= 1s, -timeout > 0 and the throughput scenario at least 1000 events")
@@ -252,6 +267,16 @@ func measure(ctx context.Context, cfg benchConfig, log *zap.Logger) (*results, e
 	log.Info("graphsync bench starting", zap.Float64("scale", cfg.scale), zap.Strings("modes", cfg.modes),
 		zap.Int64("throughput_events", cfg.throughputEvents), zap.Int64s("backlogs", cfg.backlogEvents),
 		zap.String("binary", cfg.binary), zap.String("sync_logs", logDir), zap.Duration("timeout", cfg.timeout))
+
+	resident, err := st.loadResident(ctx, cfg.residentNodes, log)
+	defer func() {
+		if err := st.cleanGraph(context.WithoutCancel(ctx), resident); err != nil {
+			log.Error("could not remove the resident graph", zap.Error(err))
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
 
 	if cfg.scenarios["throughput"] {
 		// The ceiling replays the stream run's events (any run's would do:

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"graphsync/internal/benchdata"
 )
 
 // settings are what a reader needs to compare two result files.
@@ -37,6 +39,9 @@ type settings struct {
 	BacklogUntilCaughtUp bool     `json:"backlog_until_caught_up"`
 	LatencyRate          int      `json:"latency_offered_events_per_sec"`
 	LatencySeconds       float64  `json:"latency_seconds"`
+	LatencyWarmUpSeconds float64  `json:"latency_warm_up_seconds"`
+	ResidentNodes        int64    `json:"resident_nodes"`
+	Neo4jPageCache       string   `json:"neo4j_page_cache"`
 	SyncFlags            string   `json:"sync_flags"`
 	PostgresVersion      string   `json:"postgres_version"`
 	SharedBuffers        string   `json:"shared_buffers"`
@@ -60,6 +65,8 @@ func collectSettings(ctx context.Context, st *stack, cfg benchConfig, root strin
 		WorkloadWriters: cfg.writers, WorkloadOrdersPerTx: cfg.ordersPerTx, BacklogOrdersPerTx: backlogOrdersPerTx,
 		BacklogUntilCaughtUp: cfg.backlogUntilCaughtUp,
 		LatencyRate:          cfg.latencyRate, LatencySeconds: cfg.latencyDuration.Seconds(),
+		LatencyWarmUpSeconds: cfg.latencyWarmUp.Seconds(),
+		ResidentNodes:        cfg.residentNodes,
 		SyncFlags: fmt.Sprintf("--batch-size %d --workers %d --http-addr 127.0.0.1:0 --retention-every 0 (other flags at their defaults: poll-interval 500ms, fallback-poll-interval 30s, lease 15s)",
 			cfg.batchSize, cfg.workers),
 		GoVersion: runtime.Version(), Binary: cfg.binary, LoadAvgStart: loadAverage(),
@@ -75,6 +82,9 @@ func collectSettings(ctx context.Context, st *stack, cfg benchConfig, root strin
 		conn.Close(queryCtx)
 	}
 	s.Neo4jVersion = st.neo4jVersion(queryCtx)
+	if pageCache, err := benchdata.PageCache(queryCtx, st.driver); err == nil {
+		s.Neo4jPageCache = pageCache
+	}
 	git := exec.CommandContext(queryCtx, "git", "describe", "--always", "--dirty")
 	git.Dir = root
 	if out, err := git.Output(); err == nil {
@@ -183,8 +193,8 @@ func (r *results) print(out io.Writer, path string, writeErr error) {
 	if s.BinaryVCS != "" {
 		built = "binary built from " + s.BinaryVCS
 	}
-	fmt.Fprintf(out, "\ngraphsync end-to-end benchmark: scale %g, batch %d, workers %d, synchronous_commit %s, GOMAXPROCS %d, %d cores, PostgreSQL %s, Neo4j %s\n  %s; bench from tree %s\n",
-		s.Scale, s.BatchSize, s.Workers, s.SynchronousCommit, s.GOMAXPROCS, s.MachineCores, s.PostgresVersion, s.Neo4jVersion, built, s.GitRevision)
+	fmt.Fprintf(out, "\ngraphsync end-to-end benchmark: scale %g, batch %d, workers %d, synchronous_commit %s, GOMAXPROCS %d, %d cores, PostgreSQL %s, Neo4j %s (page cache %s, resident graph %d nodes)\n  %s; bench from tree %s\n",
+		s.Scale, s.BatchSize, s.Workers, s.SynchronousCommit, s.GOMAXPROCS, s.MachineCores, s.PostgresVersion, s.Neo4jVersion, s.Neo4jPageCache, s.ResidentNodes, built, s.GitRevision)
 
 	if len(r.Throughput) > 0 || len(r.Latency) > 0 || r.Ceiling != nil {
 		fmt.Fprintln(out, "\ncommit to graph, per wake mode")
@@ -226,8 +236,8 @@ func (r *results) print(out io.Writer, path string, writeErr error) {
 		}
 		if len(r.Latency) > 0 {
 			l := r.Latency[0]
-			fmt.Fprintf(out, "  p50/p99/max: %d events/s offered for %s (%s); latency = %s.\n",
-				l.OfferedPerSec, durationSeconds(s.LatencySeconds), r.achievedRates(), latencyMeasure)
+			fmt.Fprintf(out, "  p50/p99/max: %d events/s offered for %s, measured after %s at the same rate (%s); latency = %s.\n",
+				l.OfferedPerSec, durationSeconds(s.LatencySeconds), durationSeconds(s.LatencyWarmUpSeconds), r.achievedRates(), latencyMeasure)
 		}
 		if c := r.Ceiling; c != nil && c.Error == "" {
 			fmt.Fprintf(out, "  ceiling: %s's %d events replayed in %d transactions of %d, median of %d rounds (%s events/s); graph matches sync's: %t (%s).\n",

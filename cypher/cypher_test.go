@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -228,5 +229,24 @@ func TestStatementsSkipUnchangedSingleEdges(t *testing.T) {
 	}
 	if stmts, _ := b.Statements(graphmodel.Mutations{Rels: []graphmodel.RelUpsert{rel(1, 3)}}, current); len(stmts) != 1 {
 		t.Fatalf("an unchanged edge needs only its merge statement, got %d statements", len(stmts))
+	}
+}
+
+// The owner lookup takes its lists in one map parameter: Neo4j caches a plan
+// per size class of every list parameter, so a parameter per list made each
+// new combination of list sizes a new plan in the middle of a batch.
+func TestOwnersQueryTakesOneParameter(t *testing.T) {
+	b := newBuilder(t)
+	params := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\$([A-Za-z_][A-Za-z0-9_]*)`).FindAllStringSubmatch(b.OwnersQuery(), -1) {
+		params[m[1]] = true
+	}
+	if len(params) != 1 || !params[ownersMapParam] {
+		t.Fatalf("OwnersQuery's parameters are %v, want only $%s", params, ownersMapParam)
+	}
+	lists := map[string]any{OwnersParam(graphmodel.LabelProduct): []any{int64(7)}}
+	got := OwnersParams(lists)
+	if len(got) != 1 || got[ownersMapParam] == nil {
+		t.Fatalf("OwnersParams = %v, want one %q entry holding the lists", got, ownersMapParam)
 	}
 }

@@ -146,7 +146,7 @@ func closeSession(ctx context.Context, session neo4j.SessionWithContext) {
 // readOwners runs the builder's OwnersQuery: who holds each id, and where
 // the Single relationships of those nodes point now.
 func readOwners(ctx context.Context, tx neo4j.ManagedTransaction, query string, params map[string]any) (owners, graphmodel.SingleTargets, error) {
-	result, err := tx.Run(ctx, query, params)
+	result, err := tx.Run(ctx, query, cypher.OwnersParams(params))
 	if err != nil {
 		return nil, nil, fmt.Errorf("look up id owners: %w", err)
 	}

@@ -98,7 +98,7 @@ func TestWriteStatementsPlanWithoutEager(t *testing.T) {
 }
 
 func explainParams() map[string]any {
-	params := ownersParams(graphmodel.Default, nil, nil)
+	params := cypher.OwnersParams(ownersParams(graphmodel.Default, nil, nil))
 	params["rows"] = []any{}
 	return params
 }

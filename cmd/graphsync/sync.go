@@ -133,11 +133,15 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	neo4jErr := err
 	sink, err := projector.New(driver, f.projector, log.Named("projector"))
 	if err != nil {
 		return err
 	}
 	registry.MustRegister(sink.Collectors()...)
+	if neo4jErr == nil {
+		warmUp(ctx, sink, log)
+	}
 	metrics := relay.NewMetrics()
 	registry.MustRegister(metrics.Collectors(pgPool)...)
 	rel, err := relay.New(pgPool, sink, f.relay, log.Named("relay"), metrics)
@@ -315,4 +319,18 @@ func (r readiness) check(ctx context.Context) []string {
 		problems = append(problems, r.relay.Health()...)
 	}
 	return problems
+}
+
+// warmUp has Neo4j plan the projector's statements before the first batch
+// (projector.WarmUp). It is worth a second at most: a failure is logged
+// and the service starts all the same, its first batches paying instead.
+func warmUp(ctx context.Context, sink *projector.Projector, log *zap.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := sink.WarmUp(ctx); err != nil {
+		log.Warn("Neo4j did not plan the statements ahead; the first batches will", zap.String("error", relay.RedactText(err.Error())))
+		return
+	}
+	log.Info("Neo4j planned the projector's statements", zap.Duration("took", time.Since(start)))
 }

@@ -1,0 +1,77 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j/config"
+	"github.com/sourcegraph/conc/pool"
+	"go.uber.org/zap/zaptest"
+
+	"graphsync/events"
+	"graphsync/relay"
+)
+
+// WarmUp runs every statement on rows of tenant -1 and rolls back: two
+// processes warming up at once both succeed, nothing of tenant -1 (or with
+// id -1) is left in the graph, and a batch delivered afterwards is applied
+// as usual.
+func TestWarmUpWritesNothing(t *testing.T) {
+	p, driver := liveProjector(t)
+	second, err := New(driver, Config{}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	leftovers := func() int64 {
+		t.Helper()
+		res, err := neo4j.ExecuteQuery(ctx, driver, "MATCH (n) WHERE n.tenant_id = -1 OR n.id = -1 RETURN count(n) AS n",
+			nil, neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "n")
+		return n
+	}
+	before := leftovers()
+	warm := pool.New().WithErrors()
+	for _, proj := range []*Projector{p, second} {
+		warm.Go(func() error { return proj.WarmUp(ctx) })
+	}
+	if err := warm.Wait(); err != nil {
+		t.Fatalf("WarmUp: %v", err)
+	}
+	if after := leftovers(); after != before {
+		t.Fatalf("WarmUp left %d nodes of tenant -1 or id -1 in the graph", after-before)
+	}
+
+	i := newIDs(t, driver)
+	deliverAll(t, p, i.message(t, events.ProductCreated{ProductState: product(i.id(1), 1, "Mug", 0, "", 1, "active")}))
+	if got := dump(t, driver, i.tenant); len(got.Nodes) != 2 { // the tenant and the product
+		t.Fatalf("after WarmUp the batch wrote %v", got.Nodes)
+	}
+}
+
+// Neo4j unreachable: WarmUp fails as a batch would (unavailable, so sync
+// starts all the same) and does not hang.
+func TestWarmUpWithoutNeo4j(t *testing.T) {
+	driver, err := neo4j.NewDriverWithContext("bolt://127.0.0.1:1", neo4j.NoAuth(), func(c *config.Config) {
+		c.SocketConnectTimeout = time.Second
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer driver.Close(context.Background())
+	p, err := New(driver, Config{}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.WarmUp(ctx); !errors.Is(err, relay.ErrSinkUnavailable) {
+		t.Fatalf("WarmUp = %v, want an error wrapping relay.ErrSinkUnavailable", err)
+	}
+}
