@@ -15,11 +15,6 @@ import (
 // 10, 11 to 100, 101 to 1000, more), and a statement's rows are one list.
 var warmUpSizes = []int{1, 2, 11, 101, 1001}
 
-// warmUpRuns is how often each statement runs per size: Neo4j plans a
-// statement once more on its third execution (measured on 5.26: 20 to 46 ms
-// each, then well under a millisecond).
-const warmUpRuns = 3
-
 // WarmUp has Neo4j plan every statement the projector can send, for every
 // size class of its rows, before the first batch. Planning one costs 15 to
 // 110 ms on the 2-core machine; without it the first batches after a start
@@ -56,15 +51,13 @@ func (p *Projector) WarmUp(ctx context.Context) (err error) {
 		for i := range rows {
 			rows[i] = row
 		}
-		for range warmUpRuns {
-			for _, text := range p.builder.Texts() {
-				result, err := tx.Run(ctx, text, map[string]any{"rows": rows})
-				if err == nil {
-					_, err = result.Consume(ctx)
-				}
-				if err != nil {
-					return warmUpError(err)
-				}
+		for _, text := range p.builder.Texts() {
+			result, err := tx.Run(ctx, text, map[string]any{"rows": rows})
+			if err == nil {
+				_, err = result.Consume(ctx)
+			}
+			if err != nil {
+				return warmUpError(err)
 			}
 		}
 	}
