@@ -26,12 +26,15 @@ type backlogResult struct {
 	UntilCaughtUp bool `json:"until_caught_up"`
 	// SyncSeconds is sync's wall time from start until it exited
 	// (--until-caught-up) or until bench saw the outbox drained.
-	SyncSeconds      float64     `json:"sync_seconds"`
-	SyncEventsPerSec float64     `json:"sync_events_per_sec"`
-	SyncRSS          rssFigures  `json:"sync_rss"`
-	Graph            graphCounts `json:"graph"`
-	SyncTrouble      logTrouble  `json:"sync_log_trouble"`
-	Error            string      `json:"error,omitempty"`
+	SyncSeconds      float64    `json:"sync_seconds"`
+	SyncEventsPerSec float64    `json:"sync_events_per_sec"`
+	SyncRSS          rssFigures `json:"sync_rss"`
+	// SyncStages is where sync's time went (claim, Neo4j apply, mark), from
+	// the totals it logs as it stops.
+	SyncStages  *syncMetrics `json:"sync_stages,omitempty"`
+	Graph       graphCounts  `json:"graph"`
+	SyncTrouble logTrouble   `json:"sync_log_trouble"`
+	Error       string       `json:"error,omitempty"`
 }
 
 // runBacklog writes a backlog with sync stopped, then runs sync
@@ -81,6 +84,11 @@ func runBacklog(ctx context.Context, st *stack, cfg benchConfig, mode string, ev
 	result.SyncSeconds = drained.Sub(sc.sync.started).Seconds()
 	result.SyncRSS = sc.sync.rss()
 	result.SyncTrouble = sc.sync.trouble()
+	if stages, err := sc.sync.stoppedStages(); err != nil {
+		log.Warn("no stage totals from sync", zap.Error(err))
+	} else {
+		result.SyncStages = &stages
+	}
 	spanCtx, spanCancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer spanCancel()
 	span, err := sc.span(spanCtx, 0)

@@ -251,8 +251,8 @@ func (r *results) print(out io.Writer, path string, writeErr error) {
 		}
 		for _, t := range r.Throughput {
 			if m := t.SyncMetrics; t.Error == "" && m.Batches > 0 {
-				fmt.Fprintf(out, "  sync internals, throughput %s: %d batches of %.0f rows on average; %d claims of %.1fms; projector apply %.0fms per batch, %s in all (run: %s).\n",
-					t.Mode, m.Batches, m.MeanBatchSize, m.Claims, m.MeanClaimMs, m.MeanApplyMs, durationSeconds(m.ApplySeconds), durationSeconds(t.Seconds))
+				fmt.Fprintf(out, "  sync internals, throughput %s: %d batches of %.0f rows on average; %d claims of %.1fms; projector apply %.0fms per batch, %s in all; mark %.1fms per batch (run: %s).\n",
+					t.Mode, m.Batches, m.MeanBatchSize, m.Claims, m.MeanClaimMs, m.MeanApplyMs, durationSeconds(m.ApplySeconds), m.MeanSettleMs, durationSeconds(t.Seconds))
 			}
 		}
 	}
@@ -287,6 +287,13 @@ func (r *results) print(out io.Writer, path string, writeErr error) {
 		tw.Flush()
 		fmt.Fprintln(out, "  peak RSS: the sync process's VmHWM (/proc, read every 100ms until it exited); the backlog was written first, 500 changes per transaction.")
 		fmt.Fprintln(out, "  to ceiling: sync ev/s (from its start, so including start-up) over the ceiling's events/s of the same run.")
+		for _, b := range r.Backlog {
+			if m := b.SyncStages; m != nil && m.Batches > 0 {
+				fmt.Fprintf(out, "  stages, %s %d: %d batches of %.0f rows; claim p50 %.1fms, p99 %.1fms, %s in all; Neo4j apply %.0fms per batch, %s in all; mark %.1fms per batch, %s in all (sync: %s).\n",
+					b.Mode, b.Events, m.Batches, m.MeanBatchSize, m.ClaimP50Ms, m.ClaimP99Ms, durationSeconds(m.ClaimSeconds),
+					m.MeanApplyMs, durationSeconds(m.ApplySeconds), m.MeanSettleMs, durationSeconds(m.SettleSeconds), durationSeconds(b.SyncSeconds))
+			}
+		}
 		for _, mode := range s.BacklogModes {
 			if ratio, ok := r.BacklogRSSRatio[mode]; ok {
 				fmt.Fprintf(out, "  peak RSS ratio, largest/smallest backlog (%s): %.2f\n", mode, ratio)

@@ -290,22 +290,34 @@ func (p *syncProcess) trouble() logTrouble {
 // went. since subtracts an earlier scrape, so a scenario can leave its
 // warm-up out.
 type syncMetrics struct {
+	// Processed is outbox_throughput: the events marked so far.
+	Processed     float64 `json:"processed"`
 	Batches       int64   `json:"batches"`
 	BatchRows     float64 `json:"batch_rows"`
 	MeanBatchSize float64 `json:"mean_batch_size"`
 	Claims        int64   `json:"claims"`
 	ClaimSeconds  float64 `json:"claim_seconds"`
 	MeanClaimMs   float64 `json:"mean_claim_ms"`
-	Applies       int64   `json:"projector_applies"`
-	ApplySeconds  float64 `json:"projector_apply_seconds"`
-	MeanApplyMs   float64 `json:"mean_projector_apply_ms"`
+	// ClaimP50Ms and ClaimP99Ms are sync's own estimate from its claim
+	// histogram, in the line it logs as it stops (backlog scenario only).
+	ClaimP50Ms   float64 `json:"claim_p50_ms,omitempty"`
+	ClaimP99Ms   float64 `json:"claim_p99_ms,omitempty"`
+	Applies      int64   `json:"projector_applies"`
+	ApplySeconds float64 `json:"projector_apply_seconds"`
+	MeanApplyMs  float64 `json:"mean_projector_apply_ms"`
+	Settles      int64   `json:"settles"`
+	// SettleSeconds is the time spent marking batches (OutboxSettle).
+	SettleSeconds float64 `json:"settle_seconds"`
+	MeanSettleMs  float64 `json:"mean_settle_ms"`
 }
 
 func (m syncMetrics) since(base syncMetrics) syncMetrics {
 	d := syncMetrics{
-		Batches: m.Batches - base.Batches, BatchRows: m.BatchRows - base.BatchRows,
+		Processed: m.Processed - base.Processed,
+		Batches:   m.Batches - base.Batches, BatchRows: m.BatchRows - base.BatchRows,
 		Claims: m.Claims - base.Claims, ClaimSeconds: m.ClaimSeconds - base.ClaimSeconds,
 		Applies: m.Applies - base.Applies, ApplySeconds: m.ApplySeconds - base.ApplySeconds,
+		Settles: m.Settles - base.Settles, SettleSeconds: m.SettleSeconds - base.SettleSeconds,
 	}
 	return d.withMeans()
 }
@@ -319,6 +331,9 @@ func (m syncMetrics) withMeans() syncMetrics {
 	}
 	if m.Applies > 0 {
 		m.MeanApplyMs = 1000 * m.ApplySeconds / float64(m.Applies)
+	}
+	if m.Settles > 0 {
+		m.MeanSettleMs = 1000 * m.SettleSeconds / float64(m.Settles)
 	}
 	return m
 }
@@ -393,9 +408,48 @@ func (p *syncProcess) scrape(ctx context.Context) (syncMetrics, error) {
 		return m, fmt.Errorf("scrape sync /metrics: %w", err)
 	}
 	m = syncMetrics{
+		Processed: values["outbox_throughput"],
+		Settles:   int64(values["outbox_settle_duration_seconds_count"]), SettleSeconds: values["outbox_settle_duration_seconds_sum"],
 		Batches: int64(values["outbox_batch_size_count"]), BatchRows: values["outbox_batch_size_sum"],
 		Claims: int64(values["outbox_claim_duration_seconds_count"]), ClaimSeconds: values["outbox_claim_duration_seconds_sum"],
 		Applies: int64(values["graphsync_projector_apply_seconds_count"]), ApplySeconds: values["graphsync_projector_apply_seconds_sum"],
 	}
 	return m.withMeans(), nil
+}
+
+// stoppedStages reads the stage totals sync logs as it stops ("graphsync
+// sync stopped"): the whole run's, where a scrape would miss the end.
+func (p *syncProcess) stoppedStages() (syncMetrics, error) {
+	file, err := os.Open(p.logPath)
+	if err != nil {
+		return syncMetrics{}, err
+	}
+	defer file.Close()
+	scanner := bufio.NewScanner(file)
+	scanner.Buffer(make([]byte, 0, 64*1024), 4*1024*1024)
+	for scanner.Scan() {
+		var line struct {
+			Msg          string  `json:"msg"`
+			ClaimCount   int64   `json:"claim_count"`
+			ClaimSum     float64 `json:"claim_sum"`
+			ClaimP50     float64 `json:"claim_p50_seconds"`
+			ClaimP99     float64 `json:"claim_p99_seconds"`
+			ApplyCount   int64   `json:"apply_count"`
+			ApplySum     float64 `json:"apply_sum"`
+			MarkCount    int64   `json:"mark_count"`
+			MarkSum      float64 `json:"mark_sum"`
+			BatchCount   int64   `json:"batch_size_count"`
+			BatchRowsSum float64 `json:"batch_size_sum"`
+		}
+		if json.Unmarshal(scanner.Bytes(), &line) != nil || line.Msg != "graphsync sync stopped" {
+			continue
+		}
+		m := syncMetrics{
+			Batches: line.BatchCount, BatchRows: line.BatchRowsSum,
+			Claims: line.ClaimCount, ClaimSeconds: line.ClaimSum, ClaimP50Ms: 1000 * line.ClaimP50, ClaimP99Ms: 1000 * line.ClaimP99,
+			Applies: line.ApplyCount, ApplySeconds: line.ApplySum, Settles: line.MarkCount, SettleSeconds: line.MarkSum,
+		}
+		return m.withMeans(), nil
+	}
+	return syncMetrics{}, errors.New("sync logged no stage totals as it stopped")
 }

@@ -20,6 +20,7 @@ type Metrics struct {
 	dlqMoved        prometheus.Counter
 	sinkErrors      prometheus.Counter
 	claimDuration   prometheus.Histogram
+	settleDuration  prometheus.Histogram
 	batchSize       prometheus.Histogram
 	slotLagBytes    prometheus.Gauge
 	streamPosition  prometheus.Gauge
@@ -46,6 +47,10 @@ func NewMetrics() *Metrics {
 			Name: "outbox_claim_duration_seconds", Help: "Latency of one claim transaction.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
+		settleDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "outbox_settle_duration_seconds", Help: "Latency of the statement that ends a batch: marks the applied rows processed, hands back the rest and ends the batch's aggregate leases.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "outbox_batch_size", Help: "Messages per delivered batch.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
@@ -65,11 +70,18 @@ func NewMetrics() *Metrics {
 	}
 }
 
+// StageCollectors are the histograms of the relay's stages (claim, mark,
+// batch size), without the gauges that query PostgreSQL: a process reads
+// them as it stops, when PostgreSQL may be gone.
+func (m *Metrics) StageCollectors() []prometheus.Collector {
+	return []prometheus.Collector{m.claimDuration, m.settleDuration, m.batchSize}
+}
+
 // Collectors returns the collectors to register, including the gauges read
 // from PostgreSQL at scrape time through pool.
 func (m *Metrics) Collectors(pool *pgxpool.Pool) []prometheus.Collector {
 	return []prometheus.Collector{m.processed, m.failures, m.dlqMoved, m.sinkErrors, m.claimDuration,
-		m.batchSize, m.slotLagBytes, m.streamPosition, m.deferred, m.sinkBrokenGauge, &statsCollector{pool: pool}}
+		m.settleDuration, m.batchSize, m.slotLagBytes, m.streamPosition, m.deferred, m.sinkBrokenGauge, &statsCollector{pool: pool}}
 }
 
 var (

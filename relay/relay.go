@@ -131,7 +131,10 @@ func (r *worker) wakeAfter(d time.Duration) {
 // one in delivery (its aggregates are leased until it is settled), so
 // per-aggregate order and "mark only after the sink committed" are
 // unchanged. A batch claimed ahead is handed back uncounted when the one
-// before it failed.
+// before it failed. Likewise a delivered batch is settled (marked, its
+// aggregate leases ended) while the next one is delivered: its aggregates
+// stay leased until then, so no batch delivered meanwhile holds one of them.
+// A failed settle counts as a failure of the batch delivered beside it.
 //
 // The worker that serves the replication stream also drains for the
 // fallback poll. Under steady writes a drain never meets an empty claim, so
@@ -140,6 +143,24 @@ func (r *worker) wakeAfter(d time.Duration) {
 // behind it, unconfirmed, and the slot would hold the WAL back.
 func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan streamBatch) {
 	var ahead *claimed
+	// settled is the outcome of the previous batch's settle, which runs
+	// while the next batch is delivered. Every way out of the drain waits
+	// for it.
+	var settled chan error
+	awaitSettled := func() error {
+		if settled == nil {
+			return nil
+		}
+		err := <-settled
+		settled = nil
+		return err
+	}
+	defer func() {
+		if err := awaitSettled(); err != nil {
+			r.log.Warn("could not settle a delivered batch; its rows are delivered again when their lease runs out",
+				zap.String("error", redactLog(err.Error())))
+		}
+	}()
 	for ctx.Err() == nil {
 		if ahead == nil && len(stream) > 0 {
 			r.wakeAfter(0)
@@ -158,25 +179,50 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 				continue
 			}
 			if c.taken() == 0 {
-				return
+				if settled == nil {
+					return
+				}
+				// Rows behind the batch still being settled were held
+				// back: once it is settled they are due.
+				if err := awaitSettled(); err != nil {
+					r.waitAfter(ctx, err, backoff)
+				}
+				continue
 			}
 		}
-		limit := r.limit // finish may change r.limit while the next claim runs
-		done := make(chan error, 1)
-		go func() { done <- r.finish(ctx, c) }()
+		limit := r.limit // apply may change r.limit while the next claim runs
+		type outcome struct {
+			st  settlement
+			err error
+		}
+		done := make(chan outcome, 1)
+		go func() {
+			st, err := r.apply(ctx, c)
+			done <- outcome{st, err}
+		}()
 		var next claimed
 		var nextErr error
 		claimedAhead := time.Now()
 		if len(stream) == 0 {
 			next, nextErr = r.claimPoll(ctx, limit)
 		}
-		if err := <-done; err != nil {
+		applied := <-done
+		// The previous batch's settle ran beside this delivery; a failure of
+		// it counts as this batch's own.
+		if err := errors.Join(applied.err, awaitSettled()); err != nil {
+			err = errors.Join(err, r.settle(ctx, c, applied.st))
 			if nextErr == nil {
 				r.handBack(ctx, next)
 			}
 			r.waitAfter(ctx, err, backoff)
 			continue
 		}
+		// Marked while the next batch is delivered: this batch's aggregates
+		// stay leased until its settle ends them, so the next batch, claimed
+		// meanwhile, holds none of them, and a row is still marked only after
+		// the sink committed it.
+		settled = make(chan error, 1)
+		go func() { settled <- r.settle(ctx, c, applied.st) }()
 		backoff.reset()
 		r.sizeForBacklog(c.window, c.limit)
 		switch {
@@ -346,10 +392,17 @@ func (r *worker) pass(ctx context.Context, claim func(context.Context) (claimed,
 // then one settling statement for the rest that also ends the leases of the
 // batch's aggregates.
 func (r *worker) finish(ctx context.Context, c claimed) error {
-	var err error
 	if c.taken() == 0 {
 		return nil
 	}
+	st, err := r.apply(ctx, c)
+	return errors.Join(err, r.settle(ctx, c, st))
+}
+
+// apply delivers a claimed batch (not empty) and records the events that
+// failed by their own fault; it says what to settle for the rest.
+func (r *worker) apply(ctx context.Context, c claimed) (settlement, error) {
+	var err error
 	if len(c.deadLettered) > 0 {
 		r.metrics.dlqMoved.Add(float64(len(c.deadLettered)))
 		r.log.Error("dead-lettered rows whose last attempt recorded no outcome (relay stopped, or lost PostgreSQL before marking)",
@@ -366,15 +419,23 @@ func (r *worker) finish(ctx context.Context, c claimed) error {
 		r.metrics.batchSize.Observe(float64(len(c.messages)))
 		st, err = r.deliver(ctx, c.messages, c.aggregates)
 	}
-	// Bookkeeping must happen even when ctx was cancelled mid-delivery; it is
-	// bounded by its own timeout instead.
+	return st, err
+}
+
+// settle ends a batch in one statement: marks what was applied, hands back
+// the rest and ends the leases of the batch's aggregates. Bookkeeping must
+// happen even when ctx was cancelled mid-delivery; it is bounded by its own
+// timeout instead.
+func (r *worker) settle(ctx context.Context, c claimed, st settlement) error {
 	bookCtx, bookCancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer bookCancel()
-	marked, settleErr := r.store.OutboxSettle(bookCtx, st, c.aggregates)
-	if settleErr != nil {
+	settling := time.Now()
+	marked, err := r.store.OutboxSettle(bookCtx, st, c.aggregates)
+	r.metrics.settleDuration.Observe(time.Since(settling).Seconds())
+	if err != nil {
 		// Rows applied but not marked will be delivered again after their
 		// lease, and the sink's guards make that a no-op.
-		return errors.Join(err, settleErr)
+		return err
 	}
 	if marked < int64(len(st.applied)) {
 		r.log.Warn("some delivered rows had lost their lease to another relay; they may be delivered again",
@@ -385,7 +446,7 @@ func (r *worker) finish(ctx context.Context, c claimed) error {
 		r.metrics.deferred.Add(float64(len(st.deferred)))
 		r.wakeAfter(r.cfg.DependencyWait)
 	}
-	return err
+	return nil
 }
 
 // deliver hands a claimed batch to the sink under a renewed lease, records

@@ -215,7 +215,10 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
 		})
 	}
 	err = tasks.Wait()
-	log.Info("graphsync sync stopped")
+	stages := prometheus.NewRegistry()
+	stages.MustRegister(metrics.StageCollectors()...)
+	stages.MustRegister(sink.Collectors()...)
+	log.Info("graphsync sync stopped", stageFields(stages)...)
 	return err
 }
 
