@@ -84,6 +84,8 @@ func runLatency(ctx context.Context, st *stack, cfg benchConfig, mode string, lo
 	if _, err := sc.warmUp(ctx, latencySetup); err != nil {
 		return result, err
 	}
+	// The baseline leaves the workload's set-up out; probes offered during
+	// -latency-warm-up are counted in the sync figures (not in the latencies).
 	baseline, err := sc.sync.scrape(ctx)
 	if err != nil {
 		log.Warn("no sync metrics", zap.Error(err))

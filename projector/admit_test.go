@@ -3,9 +3,11 @@ package projector
 import (
 	"errors"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
+	"graphsync/cypher"
 	"graphsync/events"
 	"graphsync/graphmodel"
 )
@@ -168,5 +170,29 @@ func TestOwnersParamsAskTombstonesAndSingleTargets(t *testing.T) {
 	}
 	if len(got) != len(want) {
 		t.Errorf("params %v, want exactly the keys of %v", got, want)
+	}
+}
+
+// Every list the owner lookup reads is one ownersParams fills. A key
+// missing from the map parameter is no error in Neo4j (the lookup would
+// find nothing and admit a cross-tenant reference), so the two must agree.
+func TestOwnersParamsFillEveryListTheLookupReads(t *testing.T) {
+	b, err := cypher.NewBuilder(graphmodel.Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mapParam string
+	for name := range cypher.OwnersParams(nil) {
+		mapParam = name
+	}
+	params := ownersParams(graphmodel.Default, nil, nil)
+	read := regexp.MustCompile(`\$`+mapParam+`\.([A-Za-z0-9_]+)`).FindAllStringSubmatch(b.OwnersQuery(), -1)
+	if len(read) == 0 {
+		t.Fatalf("the owner lookup reads no list of $%s", mapParam)
+	}
+	for _, m := range read {
+		if _, ok := params[m[1]]; !ok {
+			t.Errorf("the owner lookup reads $%s.%s, which ownersParams does not fill", mapParam, m[1])
+		}
 	}
 }

@@ -3,6 +3,9 @@ package projector
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
@@ -11,8 +14,9 @@ import (
 )
 
 // warmUpSizes has one list size of each class Neo4j plans a statement for
-// separately: it caches a plan per size class of a list parameter (1, 2 to
-// 10, 11 to 100, 101 to 1000, more), and a statement's rows are one list.
+// separately: it caches a plan per size class of a list parameter (0, 1, 2
+// to 10, 11 to 100, 101 to 1000, more). A statement never runs on no rows,
+// so the class of 0 is left out.
 var warmUpSizes = []int{1, 2, 11, 101, 1001}
 
 // WarmUp has Neo4j plan every statement the projector can send, for every
@@ -21,17 +25,28 @@ var warmUpSizes = []int{1, 2, 11, 101, 1001}
 // (or after Neo4j restarted) waited 250 to 560 ms while a batch took 5 ms
 // once the plans were cached (docs/adr/0013). EXPLAIN alone leaves part of
 // that to the first execution, so the statements run, in one transaction
-// that is rolled back, on rows of tenant -1, which no business row can be:
-// nothing is written.
-func (p *Projector) WarmUp(ctx context.Context) (err error) {
+// that is rolled back, on rows of tenant -1 and id -1, which the projector
+// never writes (it rejects ids that are not positive): nothing is written,
+// and no real node is locked.
+func (p *Projector) WarmUp(ctx context.Context) error {
+	_, err := p.warmUp(ctx)
+	return err
+}
+
+// warmUp is WarmUp; it returns how many entities each statement wrote
+// before the rollback, so a test can tell that every statement ran past
+// its filters.
+func (p *Projector) warmUp(ctx context.Context) (writes map[string]int, err error) {
 	session := p.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite, DatabaseName: p.cfg.Database, FetchSize: neo4j.FetchAll})
 	defer closeSession(ctx, session)
 	tx, err := session.BeginTransaction(ctx, neo4j.WithTxTimeout(p.cfg.TxTimeout))
 	if err != nil {
-		return warmUpError(err)
+		return nil, warmUpError(err)
 	}
 	defer func() {
-		if rollbackErr := tx.Rollback(context.WithoutCancel(ctx)); rollbackErr != nil && err == nil {
+		rollbackCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if rollbackErr := tx.Rollback(rollbackCtx); rollbackErr != nil && err == nil {
 			err = warmUpError(rollbackErr)
 		}
 	}()
@@ -40,28 +55,65 @@ func (p *Projector) WarmUp(ctx context.Context) (err error) {
 		_, err = result.Consume(ctx)
 	}
 	if err != nil {
-		return warmUpError(err)
+		return nil, warmUpError(err)
 	}
-	row := map[string]any{
-		graphmodel.KeyTenantID: int64(-1), graphmodel.KeyID: int64(-1), "from_id": int64(-1), "to_id": int64(-1),
-		"version": int64(0), "outbox_id": int64(0), "props": map[string]any{},
-	}
+	// Removals run last: a tombstone written first would make the node
+	// upserts skip the row, and they would run no further than that filter.
+	texts := slices.Clone(p.builder.Texts())
+	slices.SortStableFunc(texts, func(a, b string) int {
+		return boolOrder(strings.Contains(a, "DELETE")) - boolOrder(strings.Contains(b, "DELETE"))
+	})
+	row := warmUpRow(p.builder.Model())
+	writes = map[string]int{}
 	for _, size := range warmUpSizes {
 		rows := make([]any, size)
 		for i := range rows {
 			rows[i] = row
 		}
-		for _, text := range p.builder.Texts() {
+		for _, text := range texts {
 			result, err := tx.Run(ctx, text, map[string]any{"rows": rows})
-			if err == nil {
-				_, err = result.Consume(ctx)
-			}
 			if err != nil {
-				return warmUpError(err)
+				return nil, warmUpError(err)
+			}
+			summary, err := result.Consume(ctx)
+			if err != nil {
+				return nil, warmUpError(err)
+			}
+			c := summary.Counters()
+			writes[text] += c.NodesCreated() + c.NodesDeleted() + c.RelationshipsCreated() + c.RelationshipsDeleted() + c.PropertiesSet()
+		}
+	}
+	return writes, nil
+}
+
+func boolOrder(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// warmUpRow is a statement row of tenant -1 and id -1 that every statement
+// can run on: each relationship key property the model declares has a
+// value of its type (a MERGE refuses a null key).
+func warmUpRow(model graphmodel.Model) map[string]any {
+	props := map[string]any{}
+	for _, r := range model.Relationships {
+		for _, key := range r.Key {
+			switch key.Type {
+			case graphmodel.Int:
+				props[key.Key] = int64(0)
+			case graphmodel.DateTime:
+				props[key.Key] = time.Unix(0, 0).UTC()
+			default:
+				props[key.Key] = ""
 			}
 		}
 	}
-	return nil
+	return map[string]any{
+		graphmodel.KeyTenantID: int64(-1), graphmodel.KeyID: int64(-1), "from_id": int64(-1), "to_id": int64(-1),
+		"version": int64(1), "outbox_id": int64(1), "props": props,
+	}
 }
 
 func warmUpError(err error) error {

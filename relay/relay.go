@@ -134,7 +134,9 @@ func (r *worker) wakeAfter(d time.Duration) {
 // before it failed. Likewise a delivered batch is settled (marked, its
 // aggregate leases ended) while the next one is delivered: its aggregates
 // stay leased until then, so no batch delivered meanwhile holds one of them.
-// A failed settle counts as a failure of the batch delivered beside it.
+// A failed settle counts as a failure of the batch delivered beside it; one
+// still running when the drain ends is waited for, and a failure of it
+// logged.
 //
 // The worker that serves the replication stream also drains for the
 // fallback poll. Under steady writes a drain never meets an empty claim, so
@@ -200,16 +202,20 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 			st, err := r.apply(ctx, c)
 			done <- outcome{st, err}
 		}()
+		// The previous batch's settle has run beside the start of this
+		// delivery; the claim ahead waits for it, so that it sees that
+		// batch's aggregates released and its rows marked (rows behind
+		// them would otherwise be held back and the claim come out short).
+		// A failure of that settle counts as this batch's own.
+		settleErr := awaitSettled()
 		var next claimed
 		var nextErr error
 		claimedAhead := time.Now()
-		if len(stream) == 0 {
+		if settleErr == nil && len(stream) == 0 {
 			next, nextErr = r.claimPoll(ctx, limit)
 		}
 		applied := <-done
-		// The previous batch's settle ran beside this delivery; a failure of
-		// it counts as this batch's own.
-		if err := errors.Join(applied.err, awaitSettled()); err != nil {
+		if err := errors.Join(applied.err, settleErr); err != nil {
 			err = errors.Join(err, r.settle(ctx, c, applied.st))
 			if nextErr == nil {
 				r.handBack(ctx, next)
@@ -241,7 +247,11 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 			ahead = &next
 		}
 		// An empty claim ahead proves nothing yet: rows this batch released
-		// or held back are due now. The next round claims afresh.
+		// or held back are due once its settle commits. The next round
+		// claims afresh (and waits for the settle if it finds nothing).
+	}
+	if ahead != nil {
+		r.handBack(ctx, *ahead) // stopped between claiming it and delivering it
 	}
 }
 
@@ -356,7 +366,7 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 		// missed and block its aggregate until the fallback poll. Visibility
 		// only ever grows, so waiting for it before the claim is enough.
 		if err := r.awaitVisible(ctx, chunk); err != nil {
-			r.log.Warn("relay stream pass: visibility check failed", zap.Error(err))
+			r.log.Warn("relay stream pass: visibility check failed", zap.String("error", redactLog(err.Error())))
 		}
 		if err := r.pass(ctx, func(ctx context.Context) (claimed, error) { return r.store.OutboxClaimByID(ctx, chunk) }); err != nil {
 			r.waitAfter(ctx, err, backoff)
@@ -566,7 +576,7 @@ func (r *worker) renewLease(ctx context.Context, ids []int64, aggs aggregates, d
 			return
 		case <-ticker.C:
 			if err := r.store.OutboxExtendLease(ctx, ids, aggs); err != nil {
-				r.log.Warn("could not renew lease", zap.Error(err))
+				r.log.Warn("could not renew lease", zap.String("error", redactLog(err.Error())))
 			}
 		}
 	}

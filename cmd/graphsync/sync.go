@@ -139,14 +139,14 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
 		return err
 	}
 	registry.MustRegister(sink.Collectors()...)
-	if neo4jErr == nil {
-		warmUp(ctx, sink, log)
-	}
 	metrics := relay.NewMetrics()
 	registry.MustRegister(metrics.Collectors(pgPool)...)
 	rel, err := relay.New(pgPool, sink, f.relay, log.Named("relay"), metrics)
 	if err != nil {
 		return usageError{err.Error()}
+	}
+	if neo4jErr == nil {
+		warmUp(ctx, sink, log)
 	}
 	if f.relay.Wake == relay.WakeNotify && f.notifyTrigger {
 		if err := relay.NotifyTriggerEnable(ctx, pgPool, rel.Config().NotifyChannel); err != nil {
