@@ -251,25 +251,18 @@ const troubleMessages = 3
 // warnings are not trouble).
 func (p *syncProcess) trouble() logTrouble {
 	var t logTrouble
-	file, err := os.Open(p.logPath)
-	if err != nil {
-		return t
-	}
-	defer file.Close()
-	scanner := bufio.NewScanner(file)
-	scanner.Buffer(make([]byte, 0, 64*1024), 4*1024*1024)
-	for scanner.Scan() {
+	_ = p.eachLogLine(func(raw []byte) bool {
 		var line struct {
 			Level string  `json:"level"`
 			TS    float64 `json:"ts"`
 			Msg   string  `json:"msg"`
 			Error string  `json:"error"`
 		}
-		if json.Unmarshal(scanner.Bytes(), &line) != nil || (line.Level != "warn" && line.Level != "error") {
-			continue
+		if json.Unmarshal(raw, &line) != nil || (line.Level != "warn" && line.Level != "error") {
+			return true
 		}
 		if !p.stopRequested.IsZero() && line.TS >= float64(p.stopRequested.UnixNano())/1e9 {
-			continue
+			return true
 		}
 		t.Lines++
 		message := line.Msg
@@ -282,8 +275,26 @@ func (p *syncProcess) trouble() logTrouble {
 		if len(t.Messages) < troubleMessages && !slices.Contains(t.Messages, message) {
 			t.Messages = append(t.Messages, message)
 		}
-	}
+		return true
+	})
 	return t
+}
+
+// eachLogLine hands each line of sync's log to fn until fn returns false.
+func (p *syncProcess) eachLogLine(fn func(raw []byte) bool) error {
+	file, err := os.Open(p.logPath)
+	if err != nil {
+		return err
+	}
+	defer file.Close()
+	scanner := bufio.NewScanner(file)
+	scanner.Buffer(make([]byte, 0, 64*1024), 4*1024*1024)
+	for scanner.Scan() {
+		if !fn(scanner.Bytes()) {
+			return nil
+		}
+	}
+	return scanner.Err()
 }
 
 // syncMetrics are sync's own histograms, summed: they say where its time
@@ -340,23 +351,22 @@ func (m syncMetrics) withMeans() syncMetrics {
 
 // metricsAddr is the address sync logged for /metrics.
 func (p *syncProcess) metricsAddr() (string, error) {
-	file, err := os.Open(p.logPath)
-	if err != nil {
-		return "", err
-	}
-	defer file.Close()
-	scanner := bufio.NewScanner(file)
-	scanner.Buffer(make([]byte, 0, 64*1024), 4*1024*1024)
-	for scanner.Scan() {
+	var addr string
+	err := p.eachLogLine(func(raw []byte) bool {
 		var line struct {
 			Msg  string `json:"msg"`
 			Addr string `json:"addr"`
 		}
-		if json.Unmarshal(scanner.Bytes(), &line) == nil && strings.HasPrefix(line.Msg, "serving /metrics") && line.Addr != "" {
-			return line.Addr, nil
+		if json.Unmarshal(raw, &line) == nil && strings.HasPrefix(line.Msg, "serving /metrics") && line.Addr != "" {
+			addr = line.Addr
+			return false
 		}
+		return true
+	})
+	if addr == "" {
+		return "", errors.Join(errors.New("sync did not log its /metrics address"), err)
 	}
-	return "", errors.New("sync did not log its /metrics address")
+	return addr, nil
 }
 
 // scrape reads sync's /metrics (plain Prometheus text; histograms are
@@ -420,14 +430,8 @@ func (p *syncProcess) scrape(ctx context.Context) (syncMetrics, error) {
 // stoppedStages reads the stage totals sync logs as it stops ("graphsync
 // sync stopped"): the whole run's, where a scrape would miss the end.
 func (p *syncProcess) stoppedStages() (syncMetrics, error) {
-	file, err := os.Open(p.logPath)
-	if err != nil {
-		return syncMetrics{}, err
-	}
-	defer file.Close()
-	scanner := bufio.NewScanner(file)
-	scanner.Buffer(make([]byte, 0, 64*1024), 4*1024*1024)
-	for scanner.Scan() {
+	var stages *syncMetrics
+	err := p.eachLogLine(func(raw []byte) bool {
 		var line struct {
 			Msg          string  `json:"msg"`
 			ClaimCount   int64   `json:"claim_count"`
@@ -441,15 +445,19 @@ func (p *syncProcess) stoppedStages() (syncMetrics, error) {
 			BatchCount   int64   `json:"batch_size_count"`
 			BatchRowsSum float64 `json:"batch_size_sum"`
 		}
-		if json.Unmarshal(scanner.Bytes(), &line) != nil || line.Msg != "graphsync sync stopped" {
-			continue
+		if json.Unmarshal(raw, &line) != nil || line.Msg != "graphsync sync stopped" {
+			return true
 		}
 		m := syncMetrics{
 			Batches: line.BatchCount, BatchRows: line.BatchRowsSum,
 			Claims: line.ClaimCount, ClaimSeconds: line.ClaimSum, ClaimP50Ms: 1000 * line.ClaimP50, ClaimP99Ms: 1000 * line.ClaimP99,
 			Applies: line.ApplyCount, ApplySeconds: line.ApplySum, Settles: line.MarkCount, SettleSeconds: line.MarkSum,
-		}
-		return m.withMeans(), nil
+		}.withMeans()
+		stages = &m
+		return false
+	})
+	if stages == nil {
+		return syncMetrics{}, errors.Join(errors.New("sync logged no stage totals as it stopped"), err)
 	}
-	return syncMetrics{}, errors.New("sync logged no stage totals as it stopped")
+	return *stages, nil
 }

@@ -255,9 +255,10 @@ func TestPersonalDataNeverStored(t *testing.T) {
 	}
 }
 
-// Neo4j unreachable: Deliver returns err (the relay retries the batch without
-// counting attempts) and rejects nothing.
-func TestNeo4jUnavailableFailsTheBatch(t *testing.T) {
+// unreachableProjector writes through a driver pointed at a closed port,
+// with short connect and retry bounds.
+func unreachableProjector(t *testing.T) *Projector {
+	t.Helper()
 	driver, err := neo4j.NewDriverWithContext("bolt://127.0.0.1:1", neo4j.NoAuth(), func(c *config.Config) {
 		c.MaxTransactionRetryTime = 200 * time.Millisecond
 		c.SocketConnectTimeout = time.Second
@@ -265,11 +266,18 @@ func TestNeo4jUnavailableFailsTheBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer driver.Close(context.Background())
+	t.Cleanup(func() { driver.Close(context.Background()) })
 	p, err := New(driver, Config{}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+// Neo4j unreachable: Deliver returns err (the relay retries the batch without
+// counting attempts) and rejects nothing.
+func TestNeo4jUnavailableFailsTheBatch(t *testing.T) {
+	p := unreachableProjector(t)
 	i := &ids{tenant: 5}
 	rejected, err := p.Deliver(context.Background(), []relay.Message{
 		i.message(t, events.ProductCreated{ProductState: product(1, 1, "Mug", 0, "", 1, "active")}),

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
-	"github.com/neo4j/neo4j-go-driver/v5/neo4j/config"
 	"github.com/sourcegraph/conc/pool"
 	"go.uber.org/zap/zaptest"
 
@@ -69,17 +68,7 @@ func TestWarmUpWritesNothing(t *testing.T) {
 // Neo4j unreachable: WarmUp fails as a batch would (unavailable, so sync
 // starts all the same) and does not hang.
 func TestWarmUpWithoutNeo4j(t *testing.T) {
-	driver, err := neo4j.NewDriverWithContext("bolt://127.0.0.1:1", neo4j.NoAuth(), func(c *config.Config) {
-		c.SocketConnectTimeout = time.Second
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer driver.Close(context.Background())
-	p, err := New(driver, Config{}, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := unreachableProjector(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := p.WarmUp(ctx); !errors.Is(err, relay.ErrSinkUnavailable) {
