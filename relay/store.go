@@ -106,8 +106,19 @@ func (s *store) OutboxClaimByID(ctx context.Context, ids []int64) (claimed, erro
 // so orphans are reclaimed in batches like any row. A row orphaned a second
 // time is suspect: the statement takes it alone, so a row that crashes
 // relays only burns its own attempts, not its batch-mates'.
+//
+// Once sent, a claim is not cancelled with ctx: PostgreSQL may commit it
+// after the client gave up, leaving rows leased that nobody delivers or
+// hands back until the lease runs out (a soft stop must leave nothing
+// leased). It is bounded by the lease instead, and the caller delivers or
+// hands back what it took.
 func (s *store) claim(ctx context.Context, statement string, arg any) (claimed, error) {
 	var result claimed
+	if err := ctx.Err(); err != nil {
+		return result, err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Lease)
+	defer cancel()
 	batch := &pgx.Batch{}
 	batch.Queue(gsql.Query("OutboxClaimSettings"))
 	batch.Queue(statement, arg, s.relayID, s.cfg.Lease)
