@@ -172,6 +172,12 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 		if ahead != nil {
 			c, ahead = *ahead, nil
 		} else {
+			// Like the claim ahead, a claim sees the batch before it
+			// settled: rows behind its aggregates are due only then.
+			if err := awaitSettled(); err != nil {
+				r.waitAfter(ctx, err, backoff)
+				continue
+			}
 			var err error
 			if c, err = r.claimPoll(ctx, r.limit); err != nil {
 				if ctx.Err() != nil {
@@ -181,15 +187,7 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 				continue
 			}
 			if c.taken() == 0 {
-				if settled == nil {
-					return
-				}
-				// Rows behind the batch still being settled were held
-				// back: once it is settled they are due.
-				if err := awaitSettled(); err != nil {
-					r.waitAfter(ctx, err, backoff)
-				}
-				continue
+				return
 			}
 		}
 		limit := r.limit // apply may change r.limit while the next claim runs
@@ -248,7 +246,7 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 		}
 		// An empty claim ahead proves nothing yet: rows this batch released
 		// or held back are due once its settle commits. The next round
-		// claims afresh (and waits for the settle if it finds nothing).
+		// claims afresh, after that settle.
 	}
 	if ahead != nil {
 		r.handBack(ctx, *ahead) // stopped between claiming it and delivering it
