@@ -290,9 +290,8 @@ func TestBatchClaimedAheadOfASlowBatchIsHandedBack(t *testing.T) {
 // worker backs off; the failed batch's rows stay unmarked and leased, so the
 // later events of its aggregates wait behind them until the lease runs out,
 // and then they are delivered again (the sink's guards make that a no-op).
-// Nothing is lost, no aggregate is in two deliveries at once, and no event
-// is applied, the first time or again, after a later event of its
-// aggregate. Every batch mixes 50 aggregates, and later batches hold later
+// Nothing is lost, and no event is applied, the first time or again, after
+// a later event of its aggregate. Every batch mixes 50 aggregates, and later batches hold later
 // events of the aggregates of earlier ones.
 func TestAFailedSettleLosesNothingAndKeepsOrder(t *testing.T) {
 	for _, mode := range []WakeMode{WakePoll, WakeNotify} {
@@ -354,8 +353,8 @@ func testFailedSettle(t *testing.T, mode WakeMode) {
 	if n := h.count(`SELECT count(*) FROM outbox_messages_dlq`); n != 0 {
 		t.Errorf("%d rows dead-lettered", n)
 	}
-	// Each batch holds one event of an aggregate at most, so applying an
-	// event again follows nothing later of its aggregate either.
+	// Strictly, for an event applied again too: the later events of its
+	// aggregate waited behind it.
 	last := map[aggKey]int64{}
 	for _, m := range sink.applied() {
 		if m.ID < last[keyOf(m)] {

@@ -1,5 +1,11 @@
 -- The outbox's physical design for the relay's hot path (docs/adr/0014).
 --
+-- Dropping the index locks the table against producers for a moment, once
+-- every transaction that wrote to it has ended; rather than queue every
+-- producer behind a long transaction, the migration gives up after 5s and
+-- `graphsync migrate` can be run again.
+SET LOCAL lock_timeout = '5s';
+
 -- Room for the claim's lease update on the row's own page. The claim
 -- updates columns no index holds (attempts, locked_by, locked_until), which
 -- PostgreSQL can do as a HOT update, without touching any index, only if

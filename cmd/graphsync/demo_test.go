@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"graphsync/internal/teststack"
+)
+
+// `graphsync summary` without tenants shows every tenant, with its outbox
+// events counted (all, and pending) for that tenant only.
+func TestSummaryShowsEveryTenant(t *testing.T) {
+	_, pool := teststack.FreshDatabase(t)
+	driver := teststack.Neo4j(t)
+	ctx := context.Background()
+	events := map[int64][2]int{} // tenant: all events, pending
+	for i, want := range [][2]int{{3, 1}, {2, 2}} {
+		var id int64
+		if err := pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ($1) RETURNING id`, "summary "+strconv.Itoa(i)).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload, processed_at)
+			SELECT $1, 'Order', g, 'OrderConfirmed', '{}', CASE WHEN g > $3 THEN now() END FROM generate_series(1, $2) g`,
+			id, want[0], want[1]); err != nil {
+			t.Fatal(err)
+		}
+		events[id] = want
+	}
+	var out bytes.Buffer
+	if err := printSummary(ctx, &out, pool, driver, nil); err != nil {
+		t.Fatal(err)
+	}
+	shown := map[int64]bool{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		id, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			continue // the header, the outbox line
+		}
+		want, ok := events[id]
+		if !ok {
+			t.Errorf("summary shows tenant %d, which this database does not have:\n%s", id, out.String())
+			continue
+		}
+		shown[id] = true
+		if f[2] != strconv.Itoa(want[0]) || f[3] != strconv.Itoa(want[1]) {
+			t.Errorf("tenant %d: events %s, pending %s; want %d and %d", id, f[2], f[3], want[0], want[1])
+		}
+	}
+	if len(shown) != len(events) {
+		t.Errorf("summary shows %d of %d tenants:\n%s", len(shown), len(events), out.String())
+	}
+}
