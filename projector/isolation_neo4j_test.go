@@ -314,3 +314,13 @@ func TestDumpRevealsCrossTenantRelationships(t *testing.T) {
 		t.Fatalf("tenant B's dump hides the forged edge:\n%s", got)
 	}
 }
+
+// DeliverPrepared without a prepared batch is a caller's mistake: an error
+// that says so, not a panic. It needs no Neo4j to find out.
+func TestDeliverPreparedNilIsAnError(t *testing.T) {
+	p := unreachableProjector(t)
+	rejected, err := p.DeliverPrepared(context.Background(), nil)
+	if err == nil || rejected != nil || !strings.Contains(err.Error(), "needs a batch made by Prepare") {
+		t.Fatalf("DeliverPrepared(nil) = %v, %v; want no rejections and an error naming the mistake", rejected, err)
+	}
+}

@@ -113,6 +113,9 @@ func (p *Projector) Prepare(batch []relay.Message) *Prepared {
 // DeliverPrepared is Deliver for a batch Prepare has prepared (and
 // LookAhead may have looked up).
 func (p *Projector) DeliverPrepared(ctx context.Context, prep *Prepared) (map[int64]error, error) {
+	if prep == nil {
+		return nil, errors.New("projector: DeliverPrepared needs a batch made by Prepare, got nil")
+	}
 	start := time.Now()
 	batch, items := prep.batch, prep.items
 	// A reading ahead serves one delivery: this one may apply a part of the
