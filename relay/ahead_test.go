@@ -16,23 +16,35 @@ import (
 // mixes 50 aggregates, and later batches hold later events of the aggregates
 // of earlier ones.
 func TestBatchClaimedAheadHoldsNoAggregateInDelivery(t *testing.T) {
+	inDrainModes(t, testClaimedAhead)
+}
+
+// inDrainModes runs test in each wake mode whose drain claims ahead.
+func inDrainModes(t *testing.T, test func(*testing.T, WakeMode)) {
 	for _, mode := range []WakeMode{WakePoll, WakeNotify} {
-		t.Run(string(mode), func(t *testing.T) { testClaimedAhead(t, mode) })
+		t.Run(string(mode), func(t *testing.T) { test(t, mode) })
+	}
+}
+
+// fillInterleaved writes perAggregate events of each of aggregates Order
+// aggregates in one transaction, ids interleaved: event n belongs to
+// aggregate n % aggregates.
+func fillInterleaved(t *testing.T, h *harness, aggregates, perAggregate int) {
+	t.Helper()
+	if _, err := h.pool.Exec(context.Background(), `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
+		SELECT 1, 'Order', g % $1, 'OrderConfirmed', jsonb_build_object('n', g) FROM generate_series(0, $2 - 1) g`,
+		aggregates, aggregates*perAggregate); err != nil {
+		t.Fatal(err)
 	}
 }
 
 func testClaimedAhead(t *testing.T, mode WakeMode) {
 	h := newHarness(t, mode)
-	ctx := context.Background()
 	const aggregates, perAggregate = 200, 3
-	// One transaction, ids interleaved: a batch of 50 holds 50 aggregates;
-	// the batch after it (claimed ahead) holds 50 others, and the events of
-	// the first 50 aggregates come again four batches later.
-	if _, err := h.pool.Exec(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
-		SELECT 1, 'Order', g % $1, 'OrderConfirmed', jsonb_build_object('n', g) FROM generate_series(0, $2 - 1) g`,
-		aggregates, aggregates*perAggregate); err != nil {
-		t.Fatal(err)
-	}
+	// A batch of 50 holds 50 aggregates; the batch after it (claimed ahead)
+	// holds 50 others, and the events of the first 50 aggregates come again
+	// four batches later.
+	fillInterleaved(t, h, aggregates, perAggregate)
 
 	sink := newRecordingSink()
 	var mu sync.Mutex
@@ -122,14 +134,7 @@ func testClaimedAhead(t *testing.T, mode WakeMode) {
 	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE attempts <> 1`); n != 0 {
 		t.Errorf("%d rows with an attempt count other than 1", n)
 	}
-	last := map[aggKey]int64{}
-	for _, m := range sink.applied() {
-		if m.ID < last[keyOf(m)] {
-			t.Errorf("aggregate %v: %d applied after %d", keyOf(m), m.ID, last[keyOf(m)])
-		}
-		last[keyOf(m)] = m.ID
-	}
-	if len(last) != aggregates {
+	if last := sink.checkOrder(t); len(last) != aggregates {
 		t.Errorf("%d aggregates applied, want %d", len(last), aggregates)
 	}
 }
@@ -216,13 +221,7 @@ func TestBatchesGrowBehindHotAggregatesInFlight(t *testing.T) {
 	if largest != 400 {
 		t.Errorf("largest batch behind hot aggregates %d, want 400 (BacklogBatchSize): %v", largest, sizes)
 	}
-	last := map[aggKey]int64{}
-	for _, m := range sink.applied() {
-		if m.ID < last[keyOf(m)] {
-			t.Errorf("aggregate %v: %d applied after %d", keyOf(m), m.ID, last[keyOf(m)])
-		}
-		last[keyOf(m)] = m.ID
-	}
+	sink.checkOrder(t)
 }
 
 // The sizing rule itself: a claim whose window was full is a backlog even
@@ -291,23 +290,17 @@ func TestBatchClaimedAheadOfASlowBatchIsHandedBack(t *testing.T) {
 // later events of its aggregates wait behind them until the lease runs out,
 // and then they are delivered again (the sink's guards make that a no-op).
 // Nothing is lost, and no event is applied, the first time or again, after
-// a later event of its aggregate. Every batch mixes 50 aggregates, and later batches hold later
-// events of the aggregates of earlier ones.
+// a later event of its aggregate. Every batch mixes 50 aggregates, and later
+// batches hold later events of the aggregates of earlier ones.
 func TestAFailedSettleLosesNothingAndKeepsOrder(t *testing.T) {
-	for _, mode := range []WakeMode{WakePoll, WakeNotify} {
-		t.Run(string(mode), func(t *testing.T) { testFailedSettle(t, mode) })
-	}
+	inDrainModes(t, testFailedSettle)
 }
 
 func testFailedSettle(t *testing.T, mode WakeMode) {
 	h := newHarness(t, mode)
 	ctx := context.Background()
 	const aggregates, perAggregate = 200, 3
-	if _, err := h.pool.Exec(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
-		SELECT 1, 'Order', g % $1, 'OrderConfirmed', jsonb_build_object('n', g) FROM generate_series(0, $2 - 1) g`,
-		aggregates, aggregates*perAggregate); err != nil {
-		t.Fatal(err)
-	}
+	fillInterleaved(t, h, aggregates, perAggregate)
 	// The first batch's settle fails once: marking its first row raises
 	// (a sequence, which the rollback does not undo, makes it once).
 	var first int64
@@ -355,11 +348,5 @@ func testFailedSettle(t *testing.T, mode WakeMode) {
 	}
 	// Strictly, for an event applied again too: the later events of its
 	// aggregate waited behind it.
-	last := map[aggKey]int64{}
-	for _, m := range sink.applied() {
-		if m.ID < last[keyOf(m)] {
-			t.Errorf("aggregate %v: %d applied after %d", keyOf(m), m.ID, last[keyOf(m)])
-		}
-		last[keyOf(m)] = m.ID
-	}
+	sink.checkOrder(t)
 }

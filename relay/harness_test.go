@@ -285,6 +285,20 @@ func (s *recordingSink) appliedIDs() map[int64]int {
 	return seen
 }
 
+// checkOrder fails t for every message applied after a later message of its
+// aggregate, and returns the last id applied per aggregate.
+func (s *recordingSink) checkOrder(t testing.TB) map[aggKey]int64 {
+	t.Helper()
+	last := map[aggKey]int64{}
+	for _, m := range s.applied() {
+		if m.ID < last[keyOf(m)] {
+			t.Errorf("aggregate %v: %d applied after %d", keyOf(m), m.ID, last[keyOf(m)])
+		}
+		last[keyOf(m)] = m.ID
+	}
+	return last
+}
+
 func (s *recordingSink) checkViolations(t testing.TB) {
 	t.Helper()
 	s.mu.Lock()
