@@ -10,9 +10,9 @@ import (
 // index holds) must be a HOT update, written beside the row on its own page
 // without a new entry in any index (docs/adr/0014). It is, only while the
 // page has room for a new version of most of its rows: a batch takes
-// consecutive ids, so it updates most rows of a page at once. The outbox is
-// filled here the way producers fill it, one insert after another, with
-// payloads of an ordinary size; at the seed-era fillfactor of 80 about a
+// consecutive ids, so it updates most rows of a page at once. The outbox's
+// pages are filled here as producers' inserts fill them, up to the
+// fillfactor, with payloads of an ordinary size; at the seed-era fillfactor of 80 about a
 // quarter of these updates were HOT, at 50 over 90 % (a few do not fit: the
 // longer the lease identity, the larger each new row version).
 func TestClaimLeaseUpdatesAreHOT(t *testing.T) {
