@@ -250,3 +250,25 @@ func TestOwnersQueryTakesOneParameter(t *testing.T) {
 		t.Fatalf("OwnersParams = %v, want one %q entry holding the lists", got, ownersMapParam)
 	}
 }
+
+// Removes names the removal statements of the default model, and only
+// those: a tombstoned Product's delete and the stale IN_CATEGORY edge's
+// clear (the warm-up runs them last; their plans may hold an Eager).
+func TestRemovesNamesTheRemovalStatements(t *testing.T) {
+	b, err := NewBuilder(graphmodel.Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var removals []string
+	for _, text := range b.Texts() {
+		if b.Removes(text) {
+			removals = append(removals, text)
+		}
+	}
+	if len(removals) != 2 || !strings.Contains(removals[0], "DETACH DELETE n") || !strings.HasSuffix(removals[1], "DELETE r") {
+		t.Fatalf("removal statements:\n%s", strings.Join(removals, "\n---\n"))
+	}
+	if b.Removes("MATCH (n) DETACH DELETE n") {
+		t.Error("a text the builder does not emit counts as a removal")
+	}
+}

@@ -72,6 +72,20 @@ func NewBuilder(m graphmodel.Model) (*Builder, error) {
 // Model returns the model the builder was made from.
 func (b *Builder) Model() graphmodel.Model { return b.model }
 
+// Removes says whether text, one of Texts, removes what it matches (a
+// tombstoned label's delete, a Single relationship's clear) rather than
+// writing it.
+func (b *Builder) Removes(text string) bool {
+	for _, texts := range []map[string]string{b.nodeDelete, b.relClear} {
+		for _, t := range texts {
+			if t == text {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Texts returns every statement text the builder can emit, in emission order.
 func (b *Builder) Texts() []string {
 	var texts []string

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
@@ -61,7 +60,7 @@ func (p *Projector) warmUp(ctx context.Context) (writes map[string]int, err erro
 	// upserts skip the row, and they would run no further than that filter.
 	texts := slices.Clone(p.builder.Texts())
 	slices.SortStableFunc(texts, func(a, b string) int {
-		return boolOrder(strings.Contains(a, "DELETE")) - boolOrder(strings.Contains(b, "DELETE"))
+		return boolOrder(p.builder.Removes(a)) - boolOrder(p.builder.Removes(b))
 	})
 	row := warmUpRow(p.builder.Model())
 	writes = map[string]int{}
