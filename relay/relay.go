@@ -286,7 +286,7 @@ func (r *worker) handBack(ctx context.Context, c claimed) {
 	st := settlement{released: append(messageIDs(c.messages), messageIDs(c.unreadable)...)}
 	bookCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if _, err := r.store.OutboxSettle(bookCtx, st, c.aggregates); err != nil {
+	if _, err := r.store.OutboxSettle(bookCtx, c.holder, st, c.aggregates); err != nil {
 		r.log.Warn("could not hand back a batch claimed ahead; its rows are free again when their lease runs out",
 			zap.Int("rows", len(st.released)), zap.String("error", redactLog(err.Error())))
 	}
@@ -418,14 +418,14 @@ func (r *worker) apply(ctx context.Context, c claimed) (settlement, error) {
 	}
 	var st settlement
 	if len(c.unreadable) > 0 {
-		err = r.recordFailures(ctx, c.unreadable, c.unreadableErrs)
+		err = r.recordFailures(ctx, c.holder, c.unreadable, c.unreadableErrs)
 	}
 	switch {
 	case err != nil:
 		st.released = messageIDs(c.messages) // not delivered: handed back uncounted
 	case len(c.messages) > 0:
 		r.metrics.batchSize.Observe(float64(len(c.messages)))
-		st, err = r.deliver(ctx, c.messages, c.aggregates)
+		st, err = r.deliver(ctx, c)
 	}
 	return st, err
 }
@@ -438,7 +438,7 @@ func (r *worker) settle(ctx context.Context, c claimed, st settlement) error {
 	bookCtx, bookCancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer bookCancel()
 	settling := time.Now()
-	marked, err := r.store.OutboxSettle(bookCtx, st, c.aggregates)
+	marked, err := r.store.OutboxSettle(bookCtx, c.holder, st, c.aggregates)
 	r.metrics.settleDuration.Observe(time.Since(settling).Seconds())
 	if err != nil {
 		// Rows applied but not marked will be delivered again after their
@@ -461,7 +461,8 @@ func (r *worker) settle(ctx context.Context, c claimed, st settlement) error {
 // the events that failed by their own fault and says what to settle for the
 // rest. The sink runs on a context that outlives a soft stop by
 // DrainTimeout, so a stopping relay finishes its batch when it can.
-func (r *worker) deliver(ctx context.Context, batch []Message, aggs aggregates) (settlement, error) {
+func (r *worker) deliver(ctx context.Context, c claimed) (settlement, error) {
+	batch := c.messages
 	ids := messageIDs(batch)
 	deliverCtx, cancel := drainContext(ctx, r.cfg.DrainTimeout)
 	defer cancel()
@@ -470,7 +471,7 @@ func (r *worker) deliver(ctx context.Context, batch []Message, aggs aggregates) 
 	renewStopped := make(chan struct{})
 	go func() {
 		defer close(renewStopped)
-		r.renewLease(deliverCtx, ids, aggs, renewDone)
+		r.renewLease(deliverCtx, c.holder, ids, c.aggregates, renewDone)
 	}()
 	rejected, sinkErr := r.sink.Deliver(deliverCtx, batch)
 	close(renewDone)
@@ -479,7 +480,7 @@ func (r *worker) deliver(ctx context.Context, batch []Message, aggs aggregates) 
 	bookCtx, bookCancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer bookCancel()
 	if sinkErr != nil {
-		return settlement{released: ids}, r.sinkFailed(bookCtx, batch, sinkErr)
+		return settlement{released: ids}, r.sinkFailed(bookCtx, c.holder, batch, sinkErr)
 	}
 	r.health.sinkWorks()
 	if r.limit < r.cfg.BatchSize {
@@ -505,7 +506,7 @@ func (r *worker) deliver(ctx context.Context, batch []Message, aggs aggregates) 
 		}
 	}
 	if len(failed) > 0 {
-		if err := r.recordFailures(bookCtx, failed, rejected); err != nil {
+		if err := r.recordFailures(bookCtx, c.holder, failed, rejected); err != nil {
 			return st, err
 		}
 	}
@@ -519,7 +520,7 @@ func (r *worker) deliver(ctx context.Context, batch []Message, aggs aggregates) 
 // sinkFailed handles a batch the sink could not apply at all, by class (see
 // Sink). Nothing of it was applied; the caller releases what is not recorded
 // as failed here (uncounted).
-func (r *worker) sinkFailed(ctx context.Context, batch []Message, sinkErr error) error {
+func (r *worker) sinkFailed(ctx context.Context, holder string, batch []Message, sinkErr error) error {
 	switch {
 	case errors.Is(sinkErr, ErrSinkBroken):
 		r.health.sinkBroken(sinkErr)
@@ -530,7 +531,7 @@ func (r *worker) sinkFailed(ctx context.Context, batch []Message, sinkErr error)
 		// Split down to one event and it still fails: from here on it is
 		// the event's attempt that counts, so it cannot stall the relay.
 		r.limit = r.cfg.BatchSize
-		return r.recordFailures(ctx, batch, map[int64]error{batch[0].ID: sinkErr})
+		return r.recordFailures(ctx, holder, batch, map[int64]error{batch[0].ID: sinkErr})
 	default:
 		r.limit = max(1, min(r.limit, len(batch))/2)
 		r.metrics.sinkErrors.Inc()
@@ -543,7 +544,7 @@ func (r *worker) sinkFailed(ctx context.Context, batch []Message, sinkErr error)
 
 // recordFailures records events that failed by their own fault: last_error,
 // the retry schedule, past the limit the DLQ. Each is logged once, here.
-func (r *worker) recordFailures(ctx context.Context, failed []Message, reasons map[int64]error) error {
+func (r *worker) recordFailures(ctx context.Context, holder string, failed []Message, reasons map[int64]error) error {
 	for _, m := range failed {
 		r.metrics.failures.WithLabelValues(m.EventType).Inc()
 		r.log.Warn("event failed", zap.Int64("outbox_id", m.ID), zap.String("event_type", clip(m.EventType, 64)),
@@ -551,7 +552,7 @@ func (r *worker) recordFailures(ctx context.Context, failed []Message, reasons m
 			zap.Int64("aggregate_id", m.AggregateID), zap.String("trace_id", clip(m.TraceID, 128)),
 			zap.Int16("attempt", m.Attempts), zap.String("error", clip(redactLog(reasons[m.ID].Error()), 1024)))
 	}
-	moved, err := r.store.OutboxFail(ctx, failed, reasons)
+	moved, err := r.store.OutboxFail(ctx, holder, failed, reasons)
 	if err != nil {
 		return err
 	}
@@ -563,7 +564,7 @@ func (r *worker) recordFailures(ctx context.Context, failed []Message, reasons m
 }
 
 // renewLease extends the batch's lease every Lease/3 until done is closed.
-func (r *worker) renewLease(ctx context.Context, ids []int64, aggs aggregates, done <-chan struct{}) {
+func (r *worker) renewLease(ctx context.Context, holder string, ids []int64, aggs aggregates, done <-chan struct{}) {
 	ticker := time.NewTicker(r.cfg.Lease / 3)
 	defer ticker.Stop()
 	for {
@@ -573,7 +574,7 @@ func (r *worker) renewLease(ctx context.Context, ids []int64, aggs aggregates, d
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-			if err := r.store.OutboxExtendLease(ctx, ids, aggs); err != nil {
+			if err := r.store.OutboxExtendLease(ctx, holder, ids, aggs); err != nil {
 				r.log.Warn("could not renew lease", zap.String("error", redactLog(err.Error())))
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -15,9 +17,21 @@ import (
 // store holds the relay's statements against outbox_messages. Each method is
 // one short transaction or statement; no lock is held across a delivery.
 type store struct {
-	pool    *pgxpool.Pool
+	pool *pgxpool.Pool
+	// relayID names the worker (process/worker); each claim leases its rows
+	// and aggregates under relayID#n, n counted by claims.
 	relayID string
+	claims  atomic.Uint64
 	cfg     Config
+}
+
+// nextHolder is the lease identity of one claim. Every statement that ends
+// or renews a batch's leases names it, so a batch whose lease ran out and
+// whose rows or aggregates were claimed again (by another relay, or by this
+// worker's next claim) can no longer mark, release or unlease them: a late
+// settle touches nothing but its own claim's leases.
+func (s *store) nextHolder() string {
+	return s.relayID + "#" + strconv.FormatUint(s.claims.Add(1), 10)
 }
 
 // claimed is the result of a claim: messages to deliver, in delivery order,
@@ -34,6 +48,8 @@ type claimed struct {
 	// aggregates are the aggregates the claim leased: every row it took
 	// belongs to one. Settling the batch ends their leases.
 	aggregates aggregates
+	// holder is the claim's lease identity (store.nextHolder).
+	holder string
 	// limit is the most rows the claim could take (poll claims), and
 	// window how many due rows it looked at (0 when it took nothing).
 	limit, window int
@@ -119,9 +135,10 @@ func (s *store) claim(ctx context.Context, statement string, arg any) (claimed, 
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Lease)
 	defer cancel()
+	result.holder = s.nextHolder()
 	batch := &pgx.Batch{}
 	batch.Queue(gsql.Query("OutboxClaimSettings"))
-	batch.Queue(statement, arg, s.relayID, s.cfg.Lease)
+	batch.Queue(statement, arg, result.holder, s.cfg.Lease)
 	type taken struct {
 		msg       Message
 		problem   error
@@ -154,7 +171,7 @@ func (s *store) claim(ctx context.Context, statement string, arg any) (claimed, 
 		return br.Close()
 	}()
 	if err != nil {
-		return claimed{}, fmt.Errorf("claim outbox batch: %w", err)
+		return claimed{holder: result.holder}, fmt.Errorf("claim outbox batch: %w", err)
 	}
 	sort.Slice(takenRows, func(i, j int) bool { return takenRows[i].msg.ID < takenRows[j].msg.ID })
 	seen := make(map[aggregateKey]bool, len(takenRows))
@@ -180,7 +197,7 @@ func (s *store) claim(ctx context.Context, statement string, arg any) (claimed, 
 	}
 	if len(exhausted) > 0 {
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			moved, err := outboxMoveToDLQ(ctx, tx, exhausted, reasons, &s.relayID)
+			moved, err := outboxMoveToDLQ(ctx, tx, exhausted, reasons, &result.holder)
 			result.deadLettered = moved
 			return err
 		})
@@ -252,13 +269,14 @@ type settlement struct {
 	deferred []int64
 }
 
-// OutboxSettle ends a batch in one statement: marks, releases and defers its
-// rows and ends the leases of its aggregates. It returns how many applied
-// rows were marked: a row whose lease was taken over is left to its holder.
-func (s *store) OutboxSettle(ctx context.Context, st settlement, aggs aggregates) (int64, error) {
+// OutboxSettle ends the batch of the claim holder in one statement: marks,
+// releases and defers its rows and ends the leases of its aggregates. It
+// returns how many applied rows were marked: a row whose lease was taken
+// over is left to its new holder.
+func (s *store) OutboxSettle(ctx context.Context, holder string, st settlement, aggs aggregates) (int64, error) {
 	var marked int64
 	err := s.pool.QueryRow(ctx, gsql.Query("OutboxSettle"), nonNil(st.applied), nonNil(st.released), nonNil(st.deferred),
-		s.relayID, s.cfg.DependencyWait, nonNil(aggs.tenantIDs), nonNil(aggs.types), nonNil(aggs.ids)).Scan(&marked)
+		holder, s.cfg.DependencyWait, nonNil(aggs.tenantIDs), nonNil(aggs.types), nonNil(aggs.ids)).Scan(&marked)
 	if err != nil {
 		return 0, fmt.Errorf("settle a batch of %d outbox rows (%d applied): %w",
 			len(st.applied)+len(st.released)+len(st.deferred), len(st.applied), err)
@@ -266,9 +284,10 @@ func (s *store) OutboxSettle(ctx context.Context, st settlement, aggs aggregates
 	return marked, nil
 }
 
-// OutboxExtendLease renews the lease of rows in delivery and of their aggregates.
-func (s *store) OutboxExtendLease(ctx context.Context, ids []int64, aggs aggregates) error {
-	if _, err := s.pool.Exec(ctx, gsql.Query("OutboxExtendLease"), ids, s.relayID, s.cfg.Lease,
+// OutboxExtendLease renews the lease of the claim holder's rows in delivery
+// and of their aggregates.
+func (s *store) OutboxExtendLease(ctx context.Context, holder string, ids []int64, aggs aggregates) error {
+	if _, err := s.pool.Exec(ctx, gsql.Query("OutboxExtendLease"), ids, holder, s.cfg.Lease,
 		nonNil(aggs.tenantIDs), nonNil(aggs.types), nonNil(aggs.ids)); err != nil {
 		return fmt.Errorf("extend lease of %d outbox rows: %w", len(ids), err)
 	}
@@ -284,10 +303,10 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
-// OutboxFail records the sink's rejections: rows that used their last attempt
-// move to the DLQ, the others wait for their retry. It returns the ids
-// dead-lettered.
-func (s *store) OutboxFail(ctx context.Context, failed []Message, reasons map[int64]error) ([]int64, error) {
+// OutboxFail records the sink's rejections of rows the claim holder still
+// holds: rows that used their last attempt move to the DLQ, the others wait
+// for their retry. It returns the ids dead-lettered.
+func (s *store) OutboxFail(ctx context.Context, holder string, failed []Message, reasons map[int64]error) ([]int64, error) {
 	var retryIDs, deadIDs []int64
 	var retryErrs, deadErrs []string
 	for _, m := range failed {
@@ -303,14 +322,14 @@ func (s *store) OutboxFail(ctx context.Context, failed []Message, reasons map[in
 	var moved []int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if len(retryIDs) > 0 {
-			if _, err := tx.Exec(ctx, gsql.Query("OutboxRecordFailure"), retryIDs, retryErrs, s.relayID,
+			if _, err := tx.Exec(ctx, gsql.Query("OutboxRecordFailure"), retryIDs, retryErrs, holder,
 				s.cfg.RetryStep, s.cfg.RetryMaxSteps); err != nil {
 				return err
 			}
 		}
 		if len(deadIDs) > 0 {
 			var err error
-			moved, err = outboxMoveToDLQ(ctx, tx, deadIDs, deadErrs, &s.relayID)
+			moved, err = outboxMoveToDLQ(ctx, tx, deadIDs, deadErrs, &holder)
 			return err
 		}
 		return nil

@@ -1,0 +1,87 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// Each claim leases under an identity of its own. A batch whose lease ran
+// out, and whose rows and aggregates were claimed again meanwhile (here by
+// the same worker, as a claim ahead would), must not touch the new claim's
+// leases when its late settle, failure record or renewal arrives: ending
+// them would let another relay take the aggregates while the new batch is
+// still in delivery. The batch mixes two aggregates, one row applied and
+// two handed back.
+func TestALateSettleTouchesOnlyItsOwnClaim(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	ctx := context.Background()
+	x1 := h.insertCommitted(event{1, "Order", 1, "OrderConfirmed", `{"order_id": 1}`})
+	y1 := h.insertCommitted(event{1, "Order", 2, "OrderConfirmed", `{"order_id": 2}`})
+	x2 := h.insertCommitted(event{1, "Order", 1, "OrderShipped", `{"order_id": 1}`})
+
+	w := &store{pool: h.pool, relayID: "worker-a/0", cfg: Config{BatchSize: 10, Lease: time.Second, MaxAttempts: 5}.withDefaults()}
+	first, err := w.OutboxClaim(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := messageIDs(first.messages); len(got) != 3 {
+		t.Fatalf("first claim took %v, want %v", got, []int64{x1, y1, x2})
+	}
+	eventually(t, 10*time.Second, "the first claim's leases to run out", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE locked_until >= now()`)+
+			h.count(`SELECT count(*) FROM outbox_aggregate_leases WHERE locked_until >= now()`) == 0
+	})
+	w.cfg.Lease = time.Minute
+	second, err := w.OutboxClaim(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := messageIDs(second.messages); len(got) != 3 {
+		t.Fatalf("second claim took %v, want the same three rows", got)
+	}
+	if first.holder == second.holder {
+		t.Errorf("two claims leased under one identity %q", first.holder)
+	}
+
+	// The first batch's bookkeeping arrives late.
+	if err := w.OutboxExtendLease(ctx, first.holder, messageIDs(first.messages), first.aggregates); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.OutboxFail(ctx, first.holder, first.messages[:1], map[int64]error{x1: errors.New("late failure")}); err != nil {
+		t.Fatal(err)
+	}
+	marked, err := w.OutboxSettle(ctx, first.holder, settlement{applied: []int64{y1}, released: []int64{x1, x2}}, first.aggregates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if marked != 0 {
+		t.Errorf("the late settle marked %d rows of the second claim", marked)
+	}
+	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE locked_by = $1 AND locked_until > now() + interval '30 seconds'
+		AND processed_at IS NULL AND last_error IS NULL`, second.holder); n != 3 {
+		t.Errorf("%d of the second claim's 3 rows are still its own, pending and unfailed, want 3", n)
+	}
+	if n := h.count(`SELECT count(*) FROM outbox_aggregate_leases WHERE locked_by = $1 AND locked_until > now() + interval '30 seconds'`, second.holder); n != 2 {
+		t.Errorf("%d of the second claim's 2 aggregate leases are left, want 2", n)
+	}
+	other := &store{pool: h.pool, relayID: "worker-b/0", cfg: w.cfg}
+	stolen, err := other.OutboxClaim(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stolen.taken() != 0 {
+		other.OutboxSettle(ctx, stolen.holder, settlement{released: messageIDs(stolen.messages)}, stolen.aggregates)
+		t.Fatalf("another relay took %v while the second claim still holds them", messageIDs(stolen.messages))
+	}
+
+	marked, err = w.OutboxSettle(ctx, second.holder, settlement{applied: messageIDs(second.messages)}, second.aggregates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if marked != 3 || h.count(`SELECT count(*) FROM outbox_aggregate_leases`) != 0 {
+		t.Fatalf("the second claim's settle marked %d of 3 rows and left %d aggregate leases",
+			marked, h.count(`SELECT count(*) FROM outbox_aggregate_leases`))
+	}
+}
