@@ -133,12 +133,23 @@ func TestRetention(t *testing.T) {
 		FOR VALUES FROM ('2020-01-01') TO ('2020-02-01')`); err != nil {
 		t.Fatal(err)
 	}
+	// Aggregate leases: one whose relay died long ago, one that just ran
+	// out, one live.
+	if _, err := h.pool.Exec(ctx, `INSERT INTO outbox_aggregate_leases (tenant_id, aggregate_type, aggregate_id, locked_by, locked_until)
+		VALUES (1, 'Order', 1, 'dead/0#1', now() - interval '2 hours'),
+		       (1, 'Order', 2, 'late/0#1', now() - interval '1 second'),
+		       (1, 'Order', 3, 'live/0#1', now() + interval '1 minute')`); err != nil {
+		t.Fatal(err)
+	}
 	report, err := Retain(ctx, h.pool, RetentionConfig{ArchiveBatch: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if report.Archived != 1 {
 		t.Errorf("archived %d rows, want 1", report.Archived)
+	}
+	if report.LeasesRemoved != 1 || h.count(`SELECT count(*) FROM outbox_aggregate_leases WHERE aggregate_id IN (2, 3)`) != 2 {
+		t.Errorf("removed %d aggregate leases, want only the one that ran out 2 hours ago", report.LeasesRemoved)
 	}
 	if h.count(`SELECT count(*) FROM outbox_messages_archive WHERE id = $1`, old) != 1 ||
 		h.count(`SELECT count(*) FROM outbox_messages WHERE id = ANY($1)`, []int64{recent, pending}) != 2 {
@@ -157,7 +168,7 @@ func TestRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again.Archived != 0 || len(again.PartitionsCreated) != 0 || len(again.PartitionsDropped) != 0 {
+	if again.Archived != 0 || len(again.PartitionsCreated) != 0 || len(again.PartitionsDropped) != 0 || again.LeasesRemoved != 0 {
 		t.Errorf("second run was not a no-op: %+v", again)
 	}
 }

@@ -47,11 +47,19 @@ type RetentionReport struct {
 	Archived          int64
 	PartitionsCreated []string
 	PartitionsDropped []string
+	// LeasesRemoved counts aggregate leases that had run out over
+	// staleLeaseAge ago (their relay died; their aggregate got no event since).
+	LeasesRemoved int64
 }
 
+// staleLeaseAge is how long ago an aggregate lease must have run out for
+// the retention job to remove it: far beyond any lease a live relay renews.
+const staleLeaseAge = time.Hour
+
 // Retain runs the retention job once: partitions for the months the outbox
-// and the coming months need, the archive move in batches, and the drop of
-// partitions wholly older than KeepArchive. Each step is idempotent.
+// and the coming months need, the archive move in batches, the drop of
+// partitions wholly older than KeepArchive, and the removal of aggregate
+// leases that ran out long ago. Each step is idempotent.
 func Retain(ctx context.Context, pool *pgxpool.Pool, cfg RetentionConfig) (RetentionReport, error) {
 	cfg = cfg.withDefaults()
 	var report RetentionReport
@@ -72,7 +80,12 @@ func Retain(ctx context.Context, pool *pgxpool.Pool, cfg RetentionConfig) (Reten
 	}
 	dropped, err := ArchivePartitionsDrop(ctx, pool, time.Now().Add(-cfg.KeepArchive))
 	report.PartitionsDropped = dropped
-	return report, errors.Join(partitionErr, err)
+	tag, pruneErr := pool.Exec(ctx, gsql.Query("OutboxAggregateLeasesPrune"), staleLeaseAge)
+	if pruneErr != nil {
+		pruneErr = fmt.Errorf("remove aggregate leases that ran out: %w", pruneErr)
+	}
+	report.LeasesRemoved = tag.RowsAffected()
+	return report, errors.Join(partitionErr, err, pruneErr)
 }
 
 var partitionName = regexp.MustCompile(`^outbox_messages_archive_(\d{4})(\d{2})$`)

@@ -95,6 +95,9 @@ func runRetention(ctx context.Context, args []string) error {
 		report, err := relay.Retain(ctx, pool, cfg)
 		fmt.Printf("retention: archived %d rows; partitions created %v; dropped %v\n",
 			report.Archived, report.PartitionsCreated, report.PartitionsDropped)
+		if report.LeasesRemoved > 0 {
+			fmt.Printf("retention: removed %d aggregate leases that ran out over an hour ago\n", report.LeasesRemoved)
+		}
 		return err
 	})
 }

@@ -252,9 +252,10 @@ func retainEvery(ctx context.Context, pgPool *pgxpool.Pool, every time.Duration,
 		report, err := relay.Retain(ctx, pgPool, relay.RetentionConfig{})
 		if err != nil && ctx.Err() == nil {
 			log.Warn("retention run failed", zap.Error(err))
-		} else if report.Archived > 0 || len(report.PartitionsCreated) > 0 || len(report.PartitionsDropped) > 0 {
+		} else if report.Archived > 0 || len(report.PartitionsCreated) > 0 || len(report.PartitionsDropped) > 0 || report.LeasesRemoved > 0 {
 			log.Info("retention run", zap.Int64("archived", report.Archived),
-				zap.Strings("partitions_created", report.PartitionsCreated), zap.Strings("partitions_dropped", report.PartitionsDropped))
+				zap.Strings("partitions_created", report.PartitionsCreated), zap.Strings("partitions_dropped", report.PartitionsDropped),
+				zap.Int64("aggregate_leases_removed", report.LeasesRemoved))
 		}
 		select {
 		case <-ctx.Done():

@@ -240,6 +240,13 @@ WITH moved AS (
 )
 INSERT INTO outbox_messages_archive SELECT * FROM moved;
 
+-- name: OutboxAggregateLeasesPrune
+-- $1 age. An aggregate lease that ran out is no lease (the next claim of the
+-- aggregate takes it over), but one whose relay died and whose aggregate
+-- gets no more events would stay forever. Those that ran out longer ago
+-- than $1 are removed.
+DELETE FROM outbox_aggregate_leases WHERE locked_until < now() - $1::interval;
+
 -- name: ArchivePartitions
 -- Monthly partitions of the archive with their bounds.
 SELECT c.relname, pg_get_expr(c.relpartbound, c.oid)
