@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"regexp"
@@ -41,28 +42,37 @@ func (c *connFlags) register(fs *flag.FlagSet, needNeo4j bool) {
 // parseFlags parses args, then fills every flag not given on the command line
 // from GRAPHSYNC_<NAME>.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	fs.SetOutput(os.Stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+	if err := parseQuietly(fs, args); err != nil {
+		return err
 	}
 	return fillFromEnv(fs)
+}
+
+// parseQuietly parses args; a mistake comes back as one usageError line
+// (the flag package would print every flag's usage after it), and --help
+// prints the usage.
+func parseQuietly(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return err
+	case err != nil:
+		return usageError{fmt.Sprintf("%v (graphsync %s --help lists the flags)", err, fs.Name())}
+	}
+	return nil
 }
 
 // parseFlagsAndWords is parseFlags for a command whose positional words may
 // stand between its flags (`context --tenant 1 wireless speaker --format
 // json`): it returns the words in order.
 func parseFlagsAndWords(fs *flag.FlagSet, args []string) ([]string, error) {
-	fs.SetOutput(os.Stderr)
 	var words []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, usageError{err.Error()}
+		if err := parseQuietly(fs, args); err != nil {
+			return nil, err
 		}
 		if fs.NArg() == 0 {
 			break

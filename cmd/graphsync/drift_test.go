@@ -59,6 +59,7 @@ func TestDriftCommand(t *testing.T) {
 		"unknown format":       append([]string{"drift", "--format", "xml"}, conn...),
 		"unknown tenant":       append([]string{"drift", "--tenant", "5000000000001"}, conn...),
 		"bad sample":           append([]string{"drift", "--sample", "2"}, conn...),
+		"tenant not a number":  append([]string{"drift", "--tenant", "abc"}, conn...),
 		"zero sample":          append([]string{"drift", "--tenant", itoa(tenant), "--sample", "0"}, conn...),
 		"NaN sample":           append([]string{"drift", "--tenant", itoa(tenant), "--sample", "NaN"}, conn...),
 		"unreachable neo4j":    {"drift", "--pg-url", pgURL, "--neo4j-uri", "bolt://127.0.0.1:1"},
