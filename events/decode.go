@@ -235,7 +235,9 @@ func parseObject(payload []byte) (map[string]any, error) {
 	if err := dec.Decode(&doc); err != nil {
 		return nil, jsonError(err)
 	}
-	if dec.More() {
+	// Anything but white space after the object (dec.More does not see a
+	// stray "}" or "]").
+	if rest := payload[dec.InputOffset():]; len(bytes.TrimLeft(rest, " \t\r\n")) > 0 {
 		return nil, errors.New("payload has data after the JSON object")
 	}
 	obj, ok := doc.(map[string]any)

@@ -206,3 +206,23 @@ func runPlain(b *testing.B, driver neo4j.DriverWithContext, stmts []plainStateme
 		b.Fatalf("plain MERGE: %v", err)
 	}
 }
+
+// BenchmarkPrepare measures the projector's CPU work before Neo4j sees a
+// batch (decode, validate, translate, build statement rows), on batches of
+// the mix above at the relay's backlog size.
+//
+//	go test -run '^$' -bench BenchmarkPrepare -benchmem ./projector
+func BenchmarkPrepare(b *testing.B) {
+	const size = 2000
+	p, driver := liveProjector(b)
+	mix := newBenchMix(b, p, driver)
+	batch := mix.next(b, size)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if prep := p.Prepare(batch); len(prep.rejected) > 0 {
+			b.Fatalf("Prepare rejected %v", prep.rejected)
+		}
+	}
+	b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "events/s")
+}
