@@ -43,7 +43,15 @@ func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 			stale = append(stale, fmt.Sprintf("%s: graph %s, rows %s", p.Key, show(have), show(want)))
 		}
 	}
-	if len(stale) > 0 {
+	switch {
+	case len(stale) == 0:
+	case label.Role == graphmodel.RoleAggregate && got.version > exp.version:
+		// The repair guard never lowers a version (live sync may be ahead
+		// of a snapshot); a graph ahead of the truth it confirmed twice
+		// (PostgreSQL restored from a backup, say) takes a rebuild.
+		add(StaleNode, fmt.Sprintf("%s; the graph is ahead of the rows: --repair never lowers a version, graphsync rebuild --tenant %d rewrites the tenant from its rows",
+			strings.Join(stale, "; "), tenant), nil)
+	default:
 		add(StaleNode, strings.Join(stale, "; "), &repairAction{upsert: exp})
 	}
 	keys := make([]string, 0, len(got.props))

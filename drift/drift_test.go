@@ -137,6 +137,11 @@ func TestPlantedDriftIsFoundAndRepaired(t *testing.T) {
 	// A lowered version.
 	loweredOrder := orders[1]
 	cypherExec(t, driver, `MATCH (n:Order {tenant_id: $t, id: $id}) SET n.sync_version = n.sync_version - 1`, p(loweredOrder))
+	// A raised version: the graph ahead of the rows, as after PostgreSQL
+	// was restored from a backup. Reported with its remedy; --repair never
+	// lowers a version.
+	raisedOrder := orders[6]
+	cypherExec(t, driver, `MATCH (n:Order {tenant_id: $t, id: $id}) SET n.sync_version = n.sync_version + 5, n.status = 'raised by hand'`, p(raisedOrder))
 	// A foreign label (GraphRAG chunks, say): reported, never repaired.
 	cypherExec(t, driver, `CREATE (:Chunk {tenant_id: $t, id: 1, text: 'a document chunk'})`, map[string]any{"t": a})
 	// A property outside the allowlist holding an e-mail address.
@@ -205,6 +210,7 @@ func TestPlantedDriftIsFoundAndRepaired(t *testing.T) {
 		{MissingNode, "Order", deletedOrder, "no node; the rows imply one"},
 		{StaleNode, "Product", editedProduct, "name: graph \"Edited by hand\""},
 		{StaleNode, "Order", loweredOrder, "version: graph"},
+		{StaleNode, "Order", raisedOrder, fmt.Sprintf("the graph is ahead of the rows: --repair never lowers a version, graphsync rebuild --tenant %d", a)},
 		{StaleNode, "Product", neverApplied, "price_cents"},
 		{PersonalData, "Product", piiProduct, "contact holds an e-mail address"},
 		{CrossTenant, "Order", linkedOrder, fmt.Sprintf("to tenant %d", b)},
@@ -248,6 +254,15 @@ func TestPlantedDriftIsFoundAndRepaired(t *testing.T) {
 		t.Fatal("repair changed nothing")
 	}
 	after := check(t, pool, driver, a, false)
+	if raised := after.Examples[StaleNode]; after.DriftTotal != 1 || len(raised) != 1 || raised[0].ID != raisedOrder {
+		md.Reset()
+		_ = after.WriteMarkdown(&md, 0)
+		t.Fatalf("after repair, want only the raised order %d left:\n%s", raisedOrder, md.String())
+	}
+	// The operator's remedy, by hand here: the row's state again.
+	cypherExec(t, driver, `MATCH (n:Order {tenant_id: $t, id: $id}) SET n.sync_version = n.sync_version - 5`, p(raisedOrder))
+	check(t, pool, driver, a, true) // the status property, at the row's version now
+	after = check(t, pool, driver, a, false)
 	if after.DriftTotal != 0 {
 		md.Reset()
 		_ = after.WriteMarkdown(&md, 0)
