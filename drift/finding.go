@@ -2,8 +2,9 @@ package drift
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
+
+	"graphsync/graphmodel"
 )
 
 // Kind is a kind of drift.
@@ -56,11 +57,6 @@ type Explained struct {
 	Detail   string `json:"detail"`
 }
 
-var (
-	emailLike = regexp.MustCompile(`[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}`)
-	phoneLike = regexp.MustCompile(`\+\d{1,3}[\s.\-]?\(?\d{1,4}\)?([\s.\-]?\d{2,4}){2,4}|\b\d{3}[\s.\-]\d{3,4}[\s.\-]\d{4}\b`)
-)
-
 // personalData names what a value looks like ("an e-mail address", "a phone
 // number"), or "".
 func personalData(v any) string {
@@ -68,13 +64,7 @@ func personalData(v any) string {
 	if !ok {
 		return ""
 	}
-	switch {
-	case emailLike.MatchString(s):
-		return "an e-mail address"
-	case phoneLike.MatchString(s):
-		return "a phone number"
-	}
-	return ""
+	return graphmodel.PersonalData(s)
 }
 
 // show renders a value for a report: personal data masked, long text cut.

@@ -2,7 +2,6 @@ package retrieve
 
 import (
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 
@@ -220,9 +219,7 @@ func countsText(c []Count) string {
 	return strings.Join(parts, ", ")
 }
 
-// emailLike finds text shaped like an e-mail address. The graph holds no
-// personal data (graphmodel's allowlist); should one slip into a product text
+// scrub masks personal data. The graph holds none (graphmodel's allowlist);
+// should an e-mail address or a phone number slip into a product text
 // anyway, the context masks it rather than hand it to a model.
-var emailLike = regexp.MustCompile(`[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}`)
-
-func scrub(text string) string { return emailLike.ReplaceAllString(text, "[e-mail removed]") }
+func scrub(text string) string { return graphmodel.MaskPersonalData(text) }

@@ -1,0 +1,30 @@
+package graphmodel
+
+import "regexp"
+
+// Personal data the graph must not hold. The allowlist keeps personal
+// columns (customers' e-mail, name, phone) out of it; these patterns catch
+// what a producer typed into free text anyway (a product description with a
+// contact address, say): drift reports it, the retrieval context masks it.
+var (
+	emailLike = regexp.MustCompile(`[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}`)
+	phoneLike = regexp.MustCompile(`\+\d{1,3}[\s.\-]?\(?\d{1,4}\)?([\s.\-]?\d{2,4}){2,4}|\b\d{3}[\s.\-]\d{3,4}[\s.\-]\d{4}\b`)
+)
+
+// PersonalData names the personal data text holds ("an e-mail address", "a
+// phone number"), or returns "" for none.
+func PersonalData(text string) string {
+	switch {
+	case emailLike.MatchString(text):
+		return "an e-mail address"
+	case phoneLike.MatchString(text):
+		return "a phone number"
+	}
+	return ""
+}
+
+// MaskPersonalData replaces every e-mail address and phone number in text.
+func MaskPersonalData(text string) string {
+	text = emailLike.ReplaceAllString(text, "[e-mail removed]")
+	return phoneLike.ReplaceAllString(text, "[phone number removed]")
+}
