@@ -15,7 +15,10 @@ import (
 // a parameter; labels, types and keys come from the validated model.
 
 // RepairNodeText upserts nodes of label from rows {tenant_id, id, version,
-// props}. A node tombstoned meanwhile is left alone.
+// props, seen}. A node tombstoned meanwhile is left alone. A node newer than
+// the row is left alone too, unless its version is the row's seen: drift
+// found it ahead of rows read after it, a state no event wrote, and a
+// repair overwrites exactly that state (seen is absent from other rows).
 func RepairNodeText(m graphmodel.Model, label string) (string, error) {
 	l, ok := m.Label(label)
 	if !ok || l.Role == graphmodel.RoleTenant {
@@ -29,7 +32,7 @@ func RepairNodeText(m graphmodel.Model, label string) (string, error) {
 	}
 	fmt.Fprintf(&b, "MERGE (n:%s {%s: row.tenant_id, %s: row.id})\n", l.Name, graphmodel.KeyTenantID, graphmodel.KeyID)
 	fmt.Fprintf(&b, "ON CREATE SET n.%s = row.version, n.%s = 0\n", graphmodel.PropVersion, graphmodel.PropOutboxID)
-	fmt.Fprintf(&b, "WITH n, row\nWHERE coalesce(n.%s, 0) <= row.version\n", graphmodel.PropVersion)
+	fmt.Fprintf(&b, "WITH n, row\nWHERE coalesce(n.%s, 0) <= row.version OR n.%s = row.seen\n", graphmodel.PropVersion, graphmodel.PropVersion)
 	sets := []string{fmt.Sprintf("n.%s = row.version", graphmodel.PropVersion)}
 	for _, p := range l.Properties {
 		sets = append(sets, fmt.Sprintf("n.%s = row.props.%s", p.Key, p.Key))

@@ -46,11 +46,14 @@ func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 	switch {
 	case len(stale) == 0:
 	case label.Role == graphmodel.RoleAggregate && got.version > exp.version:
-		// The repair guard never lowers a version (live sync may be ahead
-		// of a snapshot); a graph ahead of the truth it confirmed twice
-		// (PostgreSQL restored from a backup, say) takes a rebuild.
-		add(StaleNode, fmt.Sprintf("%s; the graph is ahead of the rows: --repair never lowers a version, graphsync rebuild --tenant %d rewrites the tenant from its rows",
-			strings.Join(stale, "; "), tenant), nil)
+		// No event wrote this state: the rows the verdict rests on were read
+		// after the graph (the second look), and sync applies an event only
+		// after its row committed. PostgreSQL restored from a backup, say.
+		// Repair overwrites exactly the version seen, so a state sync
+		// writes meanwhile is never regressed.
+		up := *exp
+		up.seen = got.version
+		add(StaleNode, strings.Join(stale, "; ")+"; the graph is ahead of the rows (was PostgreSQL restored?)", &repairAction{upsert: &up})
 	default:
 		add(StaleNode, strings.Join(stale, "; "), &repairAction{upsert: exp})
 	}

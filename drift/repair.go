@@ -206,6 +206,9 @@ func projectionStatements(model graphmodel.Model, nodes []*node, rebuildBelow in
 			}
 			seen[nk] = true
 			row := map[string]any{"tenant_id": up.TenantID, "id": up.ID, "version": up.Guard.Version, "props": up.Props}
+			if n.seen > 0 && up.Label == n.label && up.ID == n.id {
+				row["seen"] = n.seen // the aggregate found ahead of its rows
+			}
 			if l, _ := model.Label(up.Label); rebuildBelow > 0 && l.Role == graphmodel.RoleReference {
 				row["below"] = int64(1)
 				if owner.Role == graphmodel.RoleReference {

@@ -32,6 +32,9 @@ type node struct {
 	required bool
 	// mut is the row projection's mutations, for repair (expected side).
 	mut graphmodel.Mutations
+	// seen, for repair: the newer graph version the repair may overwrite
+	// (the graph found ahead of its rows); 0 for none.
+	seen int64
 }
 
 // relation is one relationship seen from its owner node.

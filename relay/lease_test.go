@@ -45,9 +45,16 @@ func TestALateSettleTouchesOnlyItsOwnClaim(t *testing.T) {
 		t.Errorf("two claims leased under one identity %q", first.holder)
 	}
 
-	// The first batch's bookkeeping arrives late.
-	if err := w.OutboxExtendLease(ctx, first.holder, messageIDs(first.messages), first.aggregates); err != nil {
+	// The first batch's bookkeeping arrives late: a renewal (for ten
+	// minutes, so that one applied shows), a failure, a settle.
+	late := &store{pool: h.pool, relayID: w.relayID, cfg: w.cfg}
+	late.cfg.Lease = 10 * time.Minute
+	if err := late.OutboxExtendLease(ctx, first.holder, messageIDs(first.messages), first.aggregates); err != nil {
 		t.Fatal(err)
+	}
+	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE locked_until > now() + interval '2 minutes'`) +
+		h.count(`SELECT count(*) FROM outbox_aggregate_leases WHERE locked_until > now() + interval '2 minutes'`); n != 0 {
+		t.Errorf("the late renewal extended %d leases of the second claim", n)
 	}
 	if _, err := w.OutboxFail(ctx, first.holder, first.messages[:1], map[int64]error{x1: errors.New("late failure")}); err != nil {
 		t.Fatal(err)

@@ -28,9 +28,10 @@ func TestClaimLeaseUpdatesAreHOT(t *testing.T) {
 	// inserts are counted, so that the counters read next are the claim's.
 	before := waitTableCounters(t, h, func(c tableCounters) bool { return c.inserted >= 5000 })
 
-	// A lease identity as long as production's (host-pid-random/worker):
-	// it is part of each new row version.
+	// A lease identity as long as production's after a billion claims
+	// (host-pid-random/worker#claim): it is part of each new row version.
 	s := &store{pool: h.pool, relayID: defaultRelayID() + "/0", cfg: Config{BatchSize: 500, Lease: time.Minute, MaxAttempts: 5}.withDefaults()}
+	s.claims.Store(1_000_000_000)
 	c, err := s.OutboxClaim(ctx, 500)
 	if err != nil {
 		t.Fatal(err)

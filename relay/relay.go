@@ -21,9 +21,10 @@ type Relay struct {
 	health  *health
 }
 
-// worker is one claim-deliver loop. Each has its own lease identity
-// (relay id + "/" + index), so a worker's marks and releases can never touch
-// rows another worker of the same process took over.
+// worker is one claim-deliver loop, named relay id + "/" + index. Each of
+// its claims leases under that name + "#" + a claim count (store.nextHolder),
+// so a batch's marks and releases can never touch rows or aggregates that
+// another worker, or a later claim of its own, took over.
 type worker struct {
 	*Relay
 	store *store
@@ -446,7 +447,7 @@ func (r *worker) settle(ctx context.Context, c claimed, st settlement) error {
 		return err
 	}
 	if marked < int64(len(st.applied)) {
-		r.log.Warn("some delivered rows had lost their lease to another relay; they may be delivered again",
+		r.log.Warn("some delivered rows had lost their lease (it ran out and a later claim took them); they may be delivered again",
 			zap.Int("delivered", len(st.applied)), zap.Int64("marked", marked))
 	}
 	r.metrics.processed.Add(float64(marked))

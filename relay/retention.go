@@ -48,18 +48,19 @@ type RetentionReport struct {
 	PartitionsCreated []string
 	PartitionsDropped []string
 	// LeasesRemoved counts aggregate leases that had run out over
-	// staleLeaseAge ago (their relay died; their aggregate got no event since).
+	// StaleLeaseAge ago (their relay died; their aggregate got no event since).
 	LeasesRemoved int64
 }
 
-// staleLeaseAge is how long ago an aggregate lease must have run out for
+// StaleLeaseAge is how long ago an aggregate lease must have run out for
 // the retention job to remove it: far beyond any lease a live relay renews.
-const staleLeaseAge = time.Hour
+const StaleLeaseAge = time.Hour
 
 // Retain runs the retention job once: partitions for the months the outbox
 // and the coming months need, the archive move in batches, the drop of
 // partitions wholly older than KeepArchive, and the removal of aggregate
-// leases that ran out long ago. Each step is idempotent.
+// leases that ran out long ago. Each step is idempotent, and one that fails
+// does not keep the others from running.
 func Retain(ctx context.Context, pool *pgxpool.Pool, cfg RetentionConfig) (RetentionReport, error) {
 	cfg = cfg.withDefaults()
 	var report RetentionReport
@@ -68,24 +69,29 @@ func Retain(ctx context.Context, pool *pgxpool.Pool, cfg RetentionConfig) (Reten
 	// partition land in the default one, and the outbox stays bounded.
 	created, partitionErr := ArchivePartitionsEnsure(ctx, pool, time.Now(), cfg.MonthsAhead)
 	report.PartitionsCreated = created
+	var archiveErr error
 	for {
 		tag, err := pool.Exec(ctx, gsql.Query("OutboxArchiveProcessed"), cfg.ArchiveAfter, cfg.ArchiveBatch)
 		if err != nil {
-			return report, errors.Join(partitionErr, fmt.Errorf("archive processed outbox rows: %w", err))
+			archiveErr = fmt.Errorf("archive processed outbox rows: %w", err)
+			break
 		}
 		report.Archived += tag.RowsAffected()
 		if tag.RowsAffected() < int64(cfg.ArchiveBatch) {
 			break
 		}
 	}
-	dropped, err := ArchivePartitionsDrop(ctx, pool, time.Now().Add(-cfg.KeepArchive))
+	if archiveErr != nil && ctx.Err() != nil {
+		return report, errors.Join(partitionErr, archiveErr)
+	}
+	dropped, dropErr := ArchivePartitionsDrop(ctx, pool, time.Now().Add(-cfg.KeepArchive))
 	report.PartitionsDropped = dropped
-	tag, pruneErr := pool.Exec(ctx, gsql.Query("OutboxAggregateLeasesPrune"), staleLeaseAge)
+	tag, pruneErr := pool.Exec(ctx, gsql.Query("OutboxAggregateLeasesPrune"), StaleLeaseAge)
 	if pruneErr != nil {
 		pruneErr = fmt.Errorf("remove aggregate leases that ran out: %w", pruneErr)
 	}
 	report.LeasesRemoved = tag.RowsAffected()
-	return report, errors.Join(partitionErr, err, pruneErr)
+	return report, errors.Join(partitionErr, archiveErr, dropErr, pruneErr)
 }
 
 var partitionName = regexp.MustCompile(`^outbox_messages_archive_(\d{4})(\d{2})$`)

@@ -153,6 +153,9 @@ unix_socket_directories = '$PG_RUN'
 wal_level = logical
 max_replication_slots = 20
 max_wal_senders = 20
+# A slot nobody reads (a test or demo that stopped) keeps WAL at most this
+# long; past it the slot is invalidated, which graphsync survives (ADR 0004).
+max_slot_wal_keep_size = 8GB
 max_connections = 200
 fsync = on
 synchronous_commit = on

@@ -96,7 +96,7 @@ func runRetention(ctx context.Context, args []string) error {
 		fmt.Printf("retention: archived %d rows; partitions created %v; dropped %v\n",
 			report.Archived, report.PartitionsCreated, report.PartitionsDropped)
 		if report.LeasesRemoved > 0 {
-			fmt.Printf("retention: removed %d aggregate leases that ran out over an hour ago\n", report.LeasesRemoved)
+			fmt.Printf("retention: removed %d aggregate leases that ran out over %s ago\n", report.LeasesRemoved, relay.StaleLeaseAge)
 		}
 		return err
 	})

@@ -19,6 +19,9 @@ import (
 	"graphsync/workload"
 )
 
+// demoStream names the demo's own replication slot and publication.
+const demoStream = "graphsync_demo"
+
 // runDemo is the main job on a small scale: write a workload through real
 // transactions, run the sync service until it has caught up, print a summary.
 func runDemo(ctx context.Context, args []string) error {
@@ -37,6 +40,17 @@ func runDemo(ctx context.Context, args []string) error {
 	question := fs.String("question", "a wireless speaker or a kettle", "question whose graph context ends the demo (empty: none)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	// In stream mode the demo reads through a slot of its own, unless told
+	// otherwise, and drops it at the end: a slot nobody reads keeps every
+	// byte of WAL the cluster writes from then on.
+	named := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { named[fl.Name] = true })
+	if !named["slot"] {
+		f.relay.Slot = demoStream
+	}
+	if !named["publication"] {
+		f.relay.Publication = demoStream
 	}
 	log, err := f.conn.logger()
 	if err != nil {
@@ -66,8 +80,16 @@ func runDemo(ctx context.Context, args []string) error {
 	f.untilCaughtUp = true
 	f.httpAddr = ""
 	start = time.Now()
-	if err := serveSync(ctx, f, log.Named("sync")); err != nil {
-		return err
+	syncErr := serveSync(ctx, f, log.Named("sync"))
+	if f.relay.Wake == relay.WakeStream {
+		if err := relay.DropStream(ctx, pool, f.relay.Slot, f.relay.Publication); err != nil {
+			fmt.Fprintf(os.Stderr, "demo: %v\n", redactErr(err, f.conn.pgURL))
+		} else {
+			fmt.Printf("demo: dropped replication slot and publication %s (a slot nobody reads keeps WAL)\n", f.relay.Slot)
+		}
+	}
+	if syncErr != nil {
+		return syncErr
 	}
 	fmt.Printf("demo: sync (%s mode) caught up in %s\n", f.relay.Wake, time.Since(start).Round(time.Millisecond))
 	driver, err := f.conn.openNeo4j(ctx, true)

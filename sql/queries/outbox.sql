@@ -50,7 +50,7 @@ WITH win AS (
 )
 
 -- name: OutboxClaimTail
--- $2 relay id (the worker's lease identity), $3 lease.
+-- $2 the claim's lease identity (relay id/worker#claim), $3 lease.
 -- The rules, per aggregate:
 -- * Order and block-on-error: a row is taken only with its predecessor (the
 --   aggregate's pending row just before it). A predecessor that is not in
@@ -127,8 +127,9 @@ RETURNING m.id, m.tenant_id, m.aggregate_type, m.aggregate_id, m.event_type,
 -- handed back uncounted (released), $3 ids handed back uncounted to wait $5
 -- for another aggregate's events (deferred: valid, so no last_error; later
 -- events of their aggregates stay behind them, as their predecessor is not
--- due), all only while this relay ($4) still holds them: a row whose lease
--- was taken over is left to its new holder. $6/$7/$8 the batch's aggregates
+-- due), all only while the batch's claim ($4, its lease identity) still
+-- holds them: a row whose lease was taken over is left to its new holder.
+-- $6/$7/$8 the batch's aggregates
 -- (tenant ids, types, ids), whose aggregate leases end here.
 -- Returns how many applied rows were marked.
 WITH marked AS (
@@ -154,7 +155,7 @@ WITH marked AS (
 SELECT count(*) FROM marked;
 
 -- name: OutboxExtendLease
--- $1 ids of the batch, $2 relay id, $3 lease, $4/$5/$6 its aggregates.
+-- $1 ids of the batch, $2 its claim's lease identity, $3 lease, $4/$5/$6 its aggregates.
 WITH aggregates AS (
   UPDATE outbox_aggregate_leases l
   SET locked_until = now() + $3::interval
@@ -167,7 +168,7 @@ SET locked_until = now() + $3::interval
 WHERE id = ANY($1::bigint[]) AND locked_by = $2 AND processed_at IS NULL;
 
 -- name: OutboxRecordFailure
--- $1 ids, $2 errors (same length), $3 relay id, $4 retry step, $5 max steps.
+-- $1 ids, $2 errors (same length), $3 the claim's lease identity, $4 retry step, $5 max steps.
 -- The seed's schedule: LEAST(attempts + 1, 8) * 30s, where attempts counted
 -- failures; here attempts was already counted at claim, hence LEAST(attempts, 8).
 UPDATE outbox_messages m
@@ -179,7 +180,7 @@ FROM unnest($1::bigint[], $2::text[]) AS f(id, error)
 WHERE m.id = f.id AND m.locked_by = $3;
 
 -- name: OutboxMoveToDLQ
--- $1 ids, $2 errors (same length), $3 relay id (NULL: any holder, for admin use).
+-- $1 ids, $2 errors (same length), $3 the claim's lease identity (NULL: any holder, for admin use).
 WITH failed AS (
   SELECT * FROM unnest($1::bigint[], $2::text[]) AS f(id, error)
 ), moved AS (
