@@ -81,9 +81,6 @@ func Retain(ctx context.Context, pool *pgxpool.Pool, cfg RetentionConfig) (Reten
 			break
 		}
 	}
-	if archiveErr != nil && ctx.Err() != nil {
-		return report, errors.Join(partitionErr, archiveErr)
-	}
 	dropped, dropErr := ArchivePartitionsDrop(ctx, pool, time.Now().Add(-cfg.KeepArchive))
 	report.PartitionsDropped = dropped
 	tag, pruneErr := pool.Exec(ctx, gsql.Query("OutboxAggregateLeasesPrune"), StaleLeaseAge)

@@ -42,15 +42,12 @@ func runDemo(ctx context.Context, args []string) error {
 		return err
 	}
 	// In stream mode the demo reads through a slot of its own, unless told
-	// otherwise, and drops it at the end: a slot nobody reads keeps every
-	// byte of WAL the cluster writes from then on.
-	named := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { named[fl.Name] = true })
-	if !named["slot"] {
-		f.relay.Slot = demoStream
-	}
-	if !named["publication"] {
-		f.relay.Publication = demoStream
+	// otherwise (by flag or environment), and drops it at the end: a slot
+	// nobody reads keeps every byte of WAL the cluster writes from then on.
+	for name, value := range map[string]*string{"slot": &f.relay.Slot, "publication": &f.relay.Publication} {
+		if *value == fs.Lookup(name).DefValue {
+			*value = demoStream
+		}
 	}
 	log, err := f.conn.logger()
 	if err != nil {
@@ -147,10 +144,12 @@ func printSummary(ctx context.Context, out io.Writer, pool *pgxpool.Pool, driver
 		return tenants[id]
 	}
 	// The outbox has no index by tenant that holds processed rows (ADR
-	// 0014): its events are counted in one pass for every tenant shown.
+	// 0014): its events, and the pending ones, are counted in one pass for
+	// every tenant shown.
 	rows, err := pool.Query(ctx, `
 		WITH outbox AS (
-		  SELECT tenant_id, count(*) AS events FROM outbox_messages
+		  SELECT tenant_id, count(*) AS events, count(*) FILTER (WHERE processed_at IS NULL) AS pending
+		  FROM outbox_messages
 		  WHERE coalesce(cardinality($1::bigint[]), 0) = 0 OR tenant_id = ANY($1::bigint[])
 		  GROUP BY tenant_id)
 		SELECT t.id,
@@ -160,7 +159,7 @@ func printSummary(ctx context.Context, out io.Writer, pool *pgxpool.Pool, driver
 		  coalesce((SELECT events FROM outbox m WHERE m.tenant_id = t.id), 0)
 		    + (SELECT count(*) FROM outbox_messages_archive a WHERE a.tenant_id = t.id)
 		    + (SELECT count(*) FROM outbox_messages_dlq d WHERE d.tenant_id = t.id),
-		  (SELECT count(*) FROM outbox_messages m WHERE m.tenant_id = t.id AND m.processed_at IS NULL),
+		  coalesce((SELECT pending FROM outbox m WHERE m.tenant_id = t.id), 0),
 		  (SELECT count(*) FROM outbox_messages_dlq d WHERE d.tenant_id = t.id)
 		FROM tenants t
 		WHERE coalesce(cardinality($1::bigint[]), 0) = 0 OR t.id = ANY($1::bigint[])
