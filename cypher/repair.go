@@ -32,6 +32,7 @@ func RepairNodeText(m graphmodel.Model, label string) (string, error) {
 	}
 	fmt.Fprintf(&b, "MERGE (n:%s {%s: row.tenant_id, %s: row.id})\n", l.Name, graphmodel.KeyTenantID, graphmodel.KeyID)
 	fmt.Fprintf(&b, "ON CREATE SET n.%s = row.version, n.%s = 0\n", graphmodel.PropVersion, graphmodel.PropOutboxID)
+	b.WriteString(lockNode("n"))
 	fmt.Fprintf(&b, "WITH n, row\nWHERE coalesce(n.%s, 0) <= row.version OR n.%s = row.seen\n", graphmodel.PropVersion, graphmodel.PropVersion)
 	sets := []string{fmt.Sprintf("n.%s = row.version", graphmodel.PropVersion)}
 	for _, p := range l.Properties {
@@ -60,6 +61,7 @@ func RepairRelText(m graphmodel.Model, typ string) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "UNWIND $rows AS row\nMATCH (a:%s {%s: row.tenant_id, %s: row.from_id})\nMATCH (b:%s {%s: row.tenant_id, %s: row.to_id})\n",
 		rt.From, graphmodel.KeyTenantID, graphmodel.KeyID, rt.To, graphmodel.KeyTenantID, graphmodel.KeyID)
+	b.WriteString(lockNode(owner))
 	fmt.Fprintf(&b, "WITH a, b, row\nWHERE coalesce(%s.%s, 0) <= row.version\n", owner, graphmodel.PropVersion)
 	fmt.Fprintf(&b, "MERGE (a)-[r:%s {%s}]->(b)\n", rt.Type, strings.Join(keys, ", "))
 	if len(rt.Properties) > 0 {
@@ -107,6 +109,7 @@ func RebuildReferenceText(m graphmodel.Model, label string) (string, error) {
 	b.WriteString("UNWIND $rows AS row\n")
 	fmt.Fprintf(&b, "MERGE (n:%s {%s: row.tenant_id, %s: row.id})\n", l.Name, graphmodel.KeyTenantID, graphmodel.KeyID)
 	fmt.Fprintf(&b, "ON CREATE SET n.%s = 0, n.%s = 0\n", graphmodel.PropVersion, graphmodel.PropOutboxID)
+	b.WriteString(lockNode("n"))
 	fmt.Fprintf(&b, "WITH n, row\nWHERE coalesce(n.%s, 0) < row.below\n", graphmodel.PropOutboxID)
 	sets := []string{fmt.Sprintf("n.%s = row.below - 1", graphmodel.PropOutboxID)}
 	for _, p := range l.Properties {

@@ -108,6 +108,19 @@ func (b *Builder) Texts() []string {
 	return texts
 }
 
+// lockNode takes the write lock of node v before a guard reads it. Neo4j
+// reads committed data without a lock: a guard that read a node while
+// another transaction held it (written, not yet committed) would pass on
+// the older value, wait for the lock at its SET, then overwrite the newer
+// write with an older one: a lost update. Reference nodes are shared by
+// many aggregates, so two workers, or a rebuild or repair beside sync,
+// write the same node. With the lock taken first, the guard reads what
+// the other transaction committed. Setting an empty map takes the lock and
+// writes nothing; unlike setting a label or a key again, it plans no Eager.
+// Every statement that writes under a guard locks what the guard reads
+// (TestGuardsSeeConcurrentWrites).
+func lockNode(v string) string { return "SET " + v + " += {}\n" }
+
 // guardAllows is true when row's guard orders after the node's stored one.
 func guardAllows(node string) string {
 	return fmt.Sprintf("(%[1]s.%[2]s IS NULL OR row.version > %[1]s.%[3]s OR (row.version = %[1]s.%[3]s AND row.outbox_id > %[1]s.%[2]s))",
@@ -124,7 +137,8 @@ func tenantMergeText(l graphmodel.Label) string {
 }
 
 // nodeUpsertText: the guard is evaluated in the same statement as the write,
-// after MERGE, so a stale, duplicate or replayed row changes nothing. The
+// after MERGE and the node's lock, so a stale, duplicate or replayed row
+// changes nothing, also beside a concurrent write of the same node. The
 // conditional SET sits in a FOREACH rather than behind WHERE: a filter on
 // properties the same statement then sets makes Neo4j plan an Eager.
 func nodeUpsertText(l graphmodel.Label) string {
@@ -134,7 +148,7 @@ func nodeUpsertText(l graphmodel.Label) string {
 		// A tombstoned node stays deleted: the row does not even MERGE.
 		fmt.Fprintf(&sb, "OPTIONAL MATCH (t:%s)\nWITH row, t\nWHERE t IS NULL\n", keyPattern(l.Tombstone))
 	}
-	fmt.Fprintf(&sb, "MERGE (n:%s)\nFOREACH (_ IN CASE WHEN %s THEN [1] ELSE [] END |\n", keyPattern(l.Name), guardAllows("n"))
+	fmt.Fprintf(&sb, "MERGE (n:%s)\n%sFOREACH (_ IN CASE WHEN %s THEN [1] ELSE [] END |\n", keyPattern(l.Name), lockNode("n"), guardAllows("n"))
 	fmt.Fprintf(&sb, "  SET n.%s = row.version, n.%s = row.outbox_id", graphmodel.PropVersion, graphmodel.PropOutboxID)
 	for _, p := range l.Properties {
 		fmt.Fprintf(&sb, ",\n      n.%[1]s = row.props.%[1]s", p.Key)

@@ -1,0 +1,224 @@
+package projector
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+
+	"graphsync/cypher"
+	"graphsync/graphmodel"
+)
+
+// Every statement that writes under a guard (an event's upsert, drift's
+// repair, rebuild's snapshot write) must read the guard after taking the
+// node's lock. Neo4j reads committed data without locks: a guard read while
+// another transaction holds the node passes on the older state, waits at its
+// SET, then overwrites the newer write. Each case holds a newer write open,
+// runs an older write of a batch that mixes the contested node with another
+// one beside it until Neo4j reports it waiting, commits the newer, and
+// checks that the newer state stayed and the other node was written.
+func TestGuardsSeeConcurrentWrites(t *testing.T) {
+	_, driver := liveProjector(t)
+	b, err := cypher.NewBuilder(graphmodel.Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := graphmodel.Default
+	category := func(tenant, id, outbox int64, name string) graphmodel.NodeUpsert {
+		return graphmodel.NodeUpsert{Label: graphmodel.LabelCategory, TenantID: tenant, ID: id,
+			Guard: graphmodel.Guard{OutboxID: outbox}, Props: map[string]any{"name": name}}
+	}
+	product := func(tenant, id, version, outbox int64, name string) graphmodel.NodeUpsert {
+		return graphmodel.NodeUpsert{Label: graphmodel.LabelProduct, TenantID: tenant, ID: id,
+			Guard: graphmodel.Guard{Version: version, OutboxID: outbox}, Props: map[string]any{"name": name}}
+	}
+	order := func(tenant, id, version, outbox int64, status string) graphmodel.NodeUpsert {
+		return graphmodel.NodeUpsert{Label: graphmodel.LabelOrder, TenantID: tenant, ID: id,
+			Guard: graphmodel.Guard{Version: version, OutboxID: outbox}, Props: map[string]any{"status": status}}
+	}
+	events := func(t *testing.T, mut graphmodel.Mutations, current graphmodel.SingleTargets) []cypher.Statement {
+		t.Helper()
+		stmts, err := b.Statements(mut, current)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return stmts
+	}
+	repair := func(t *testing.T, text string, err error, rows ...map[string]any) []cypher.Statement {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []cypher.Statement{{Text: text, Params: map[string]any{"rows": rows}}}
+	}
+	state := `MATCH (n {tenant_id: $t}) WHERE n:Category OR n:Product OR n:Order
+		OPTIONAL MATCH (n)-[:IN_CATEGORY]->(c)
+		WITH n, c ORDER BY c.id
+		WITH n, collect(c.id) AS cats ORDER BY labels(n)[0], n.id
+		RETURN collect(labels(n)[0] + ' ' + toString(n.id) + ' ' + coalesce(n.name, n.status) + ' v' + toString(n.sync_version) +
+		  ' o' + toString(n.sync_outbox_id) + ' [' +
+		  reduce(s = '', c IN cats | s + CASE s WHEN '' THEN '' ELSE ',' END + toString(c)) + ']') AS state`
+
+	cases := []struct {
+		name string
+		// setup is committed first; newer is held open while older runs.
+		setup, newer, older func(t *testing.T, i *ids) []cypher.Statement
+		want                string
+	}{{
+		name: "an older event beside a newer event of a shared category",
+		setup: func(t *testing.T, i *ids) []cypher.Statement {
+			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{category(i.tenant, i.id(10), 100, "first")}}, nil)
+		},
+		newer: func(t *testing.T, i *ids) []cypher.Statement {
+			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{category(i.tenant, i.id(10), 201, "newest")}}, nil)
+		},
+		older: func(t *testing.T, i *ids) []cypher.Statement {
+			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{
+				category(i.tenant, i.id(10), 200, "older"), category(i.tenant, i.id(11), 200, "other")}}, nil)
+		},
+		want: "Category {C} newest v0 o201 [];Category {C2} other v0 o200 []",
+	}, {
+		name: "a rebuild's snapshot read beside the event committed after it",
+		setup: func(t *testing.T, i *ids) []cypher.Statement {
+			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{category(i.tenant, i.id(10), 100, "first")}}, nil)
+		},
+		newer: func(t *testing.T, i *ids) []cypher.Statement {
+			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{category(i.tenant, i.id(10), 195, "held")}}, nil)
+		},
+		older: func(t *testing.T, i *ids) []cypher.Statement {
+			text, err := cypher.RebuildReferenceText(model, graphmodel.LabelCategory)
+			return repair(t, text, err,
+				map[string]any{"tenant_id": i.tenant, "id": i.id(10), "props": map[string]any{"name": "first"}, "below": int64(195)},
+				map[string]any{"tenant_id": i.tenant, "id": i.id(11), "props": map[string]any{"name": "other"}, "below": int64(195)})
+		},
+		want: "Category {C} held v0 o195 [];Category {C2} other v0 o194 []",
+	}, {
+		name: "a repair from older rows beside a newer event of the order",
+		setup: func(t *testing.T, i *ids) []cypher.Statement {
+			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{
+				order(i.tenant, i.id(20), 1, 300, "placed"), order(i.tenant, i.id(21), 1, 100, "placed")}}, nil)
+		},
+		newer: func(t *testing.T, i *ids) []cypher.Statement {
+			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{order(i.tenant, i.id(20), 2, 301, "confirmed")}}, nil)
+		},
+		older: func(t *testing.T, i *ids) []cypher.Statement {
+			text, err := cypher.RepairNodeText(model, graphmodel.LabelOrder)
+			return repair(t, text, err,
+				map[string]any{"tenant_id": i.tenant, "id": i.id(20), "version": int64(1), "props": map[string]any{"status": "placed"}},
+				map[string]any{"tenant_id": i.tenant, "id": i.id(21), "version": int64(1), "props": map[string]any{"status": "cancelled"}})
+		},
+		want: "Order {O1} confirmed v2 o301 [];Order {O2} cancelled v1 o100 []",
+	}, {
+		name: "a relationship repair from older rows beside the event that sets the product's category",
+		setup: func(t *testing.T, i *ids) []cypher.Statement {
+			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{
+				category(i.tenant, i.id(10), 100, "c1"), category(i.tenant, i.id(11), 100, "c2"),
+				product(i.tenant, i.id(1), 3, 300, "p1"), product(i.tenant, i.id(2), 1, 100, "p2")}}, nil)
+		},
+		newer: func(t *testing.T, i *ids) []cypher.Statement {
+			return events(t, graphmodel.Mutations{
+				Nodes: []graphmodel.NodeUpsert{product(i.tenant, i.id(1), 4, 301, "p1 v4")},
+				Rels:  []graphmodel.RelUpsert{{Type: graphmodel.RelInCategory, TenantID: i.tenant, FromID: i.id(1), ToID: i.id(11), OutboxID: 301}},
+			}, nil)
+		},
+		older: func(t *testing.T, i *ids) []cypher.Statement {
+			text, err := cypher.RepairRelText(model, graphmodel.RelInCategory)
+			return repair(t, text, err,
+				map[string]any{"tenant_id": i.tenant, "from_id": i.id(1), "to_id": i.id(10), "version": int64(3), "props": map[string]any{}},
+				map[string]any{"tenant_id": i.tenant, "from_id": i.id(2), "to_id": i.id(11), "version": int64(1), "props": map[string]any{}})
+		},
+		want: "Category {C} c1 v0 o100 [];Category {C2} c2 v0 o100 [];Product {P1} p1 v4 v4 o301 [{C2}];Product {P2} p2 v1 o100 [{C2}]",
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			i := newIDs(t, driver)
+			run := func(ctx context.Context, tx neo4j.ManagedTransaction, stmts []cypher.Statement) error {
+				for _, s := range stmts {
+					res, err := tx.Run(ctx, s.Text, s.Params)
+					if err != nil {
+						return err
+					}
+					if _, err := res.Consume(ctx); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			setup := driver.NewSession(ctx, neo4j.SessionConfig{})
+			defer setup.Close(ctx)
+			if _, err := setup.ExecuteWrite(ctx, func(tx neo4j.ManagedTransaction) (any, error) {
+				return nil, run(ctx, tx, c.setup(t, i))
+			}); err != nil {
+				t.Fatal(err)
+			}
+
+			held := driver.NewSession(ctx, neo4j.SessionConfig{})
+			defer held.Close(ctx)
+			newer, err := held.BeginTransaction(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer newer.Close(ctx)
+			if err := run(ctx, newer, c.newer(t, i)); err != nil {
+				t.Fatal(err)
+			}
+			marker := fmt.Sprintf("guards-%d", i.tenant)
+			older := make(chan error, 1)
+			olderCtx, stop := context.WithCancel(ctx)
+			defer stop()
+			go func() {
+				s := driver.NewSession(olderCtx, neo4j.SessionConfig{})
+				defer s.Close(context.Background())
+				_, err := s.ExecuteWrite(olderCtx, func(tx neo4j.ManagedTransaction) (any, error) {
+					return nil, run(olderCtx, tx, c.older(t, i))
+				}, neo4j.WithTxMetadata(map[string]any{"test": marker}))
+				older <- err
+			}()
+			// The older write must come to wait for the newer one's lock.
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				res, err := neo4j.ExecuteQuery(ctx, driver, `SHOW TRANSACTIONS YIELD metaData, status
+					WHERE metaData.test = $marker AND status STARTS WITH 'Blocked' RETURN count(*) AS n`,
+					map[string]any{"marker": marker}, neo4j.EagerResultTransformer)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "n"); n > 0 {
+					break
+				}
+				select {
+				case err := <-older:
+					t.Fatalf("the older write ended (%v) without waiting for the newer write's lock", err)
+				case <-time.After(10 * time.Millisecond):
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the older write did not wait for the newer write's lock within 30s")
+				}
+			}
+			if err := newer.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-older; err != nil {
+				t.Fatal(err)
+			}
+			res, err := neo4j.ExecuteQuery(ctx, driver, state, map[string]any{"t": i.tenant}, neo4j.EagerResultTransformer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _, _ := neo4j.GetRecordValue[[]any](res.Records[0], "state")
+			parts := make([]string, len(got))
+			for k, g := range got {
+				parts[k] = fmt.Sprint(g)
+			}
+			want := strings.NewReplacer(placeholders(i)...).Replace(c.want)
+			if strings.Join(parts, ";") != want {
+				t.Errorf("graph after both writes:\n%s\nwant:\n%s", strings.Join(parts, "\n"), strings.ReplaceAll(want, ";", "\n"))
+			}
+		})
+	}
+}
