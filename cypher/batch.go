@@ -1,7 +1,9 @@
 package cypher
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	"graphsync/graphmodel"
 )
@@ -185,11 +187,15 @@ func (b *Builder) StatementsOf(batch []*Rows, current graphmodel.SingleTargets) 
 			}
 			continue
 		}
+		// Node rows go in key order: every transaction then takes the locks
+		// of one label's nodes in the same order (see lockNode), so two
+		// batches writing the same shared nodes wait for each other instead
+		// of deadlocking.
 		if rows := deletes[l.Name]; rows != nil {
-			stmts = append(stmts, Statement{Text: b.nodeDelete[l.Name], Params: rows.params(), Expect: -1})
+			stmts = append(stmts, Statement{Text: b.nodeDelete[l.Name], Params: rows.byNodeKey().params(), Expect: -1})
 		}
 		if rows := upserts[l.Name]; rows != nil {
-			stmts = append(stmts, Statement{Text: b.nodeUpsert[l.Name], Params: rows.params(), Expect: -1})
+			stmts = append(stmts, Statement{Text: b.nodeUpsert[l.Name], Params: rows.byNodeKey().params(), Expect: -1})
 		}
 	}
 	for _, r := range b.model.Relationships {
@@ -328,3 +334,21 @@ func (s *rowSet) replace(key any, row map[string]any) {
 }
 
 func (s *rowSet) params() map[string]any { return map[string]any{"rows": s.rows} }
+
+// byNodeKey sorts a set of node rows by (tenant id, id). The set's index is
+// not kept: call it once the set is complete.
+func (s *rowSet) byNodeKey() *rowSet {
+	key := func(row any) nodeKey {
+		r := row.(map[string]any)
+		return nodeKey{r[graphmodel.KeyTenantID].(int64), r[graphmodel.KeyID].(int64)}
+	}
+	slices.SortFunc(s.rows, func(a, b any) int {
+		ka, kb := key(a), key(b)
+		if c := cmp.Compare(ka.tenantID, kb.tenantID); c != 0 {
+			return c
+		}
+		return cmp.Compare(ka.id, kb.id)
+	})
+	s.index, s.guards = nil, nil
+	return s
+}

@@ -3,6 +3,7 @@ package cypher
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -270,5 +271,40 @@ func TestRemovesNamesTheRemovalStatements(t *testing.T) {
 	}
 	if b.Removes("MATCH (n) DETACH DELETE n") {
 		t.Error("a text the builder does not emit counts as a removal")
+	}
+}
+
+// Node rows go out in key order, whatever the batch order: concurrent
+// transactions then lock shared nodes in one order.
+func TestNodeRowsInKeyOrder(t *testing.T) {
+	var mut graphmodel.Mutations
+	for _, k := range [][2]int64{{2, 5}, {1, 9}, {2, 3}, {1, 4}} {
+		mut.Nodes = append(mut.Nodes, graphmodel.NodeUpsert{Label: graphmodel.LabelCategory, TenantID: k[0], ID: k[1],
+			Guard: graphmodel.Guard{OutboxID: 10}, Props: map[string]any{"name": "c"}})
+		mut.Deletes = append(mut.Deletes, graphmodel.NodeDelete{Label: graphmodel.LabelProduct, TenantID: k[0], ID: k[1] + 100,
+			Guard: graphmodel.Guard{Version: 2, OutboxID: 10}})
+	}
+	stmts, err := newBuilder(t).Statements(mut, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, s := range stmts {
+		rows := s.Params["rows"].([]any)
+		if len(rows) != 4 {
+			continue
+		}
+		var got []string
+		for _, r := range rows {
+			m := r.(map[string]any)
+			got = append(got, fmt.Sprintf("%d/%d", m["tenant_id"], m["id"].(int64)%100))
+		}
+		if strings.Join(got, " ") != "1/4 1/9 2/3 2/5" {
+			t.Errorf("rows of %q in order %v, want by (tenant, id)", strings.SplitN(s.Text, "\n", 3)[1], got)
+		}
+		checked++
+	}
+	if checked != 2 {
+		t.Fatalf("%d statements with the four rows, want 2 (category upsert, product delete)", checked)
 	}
 }

@@ -99,7 +99,8 @@ const DeleteRelationshipsText = "UNWIND $ids AS eid\nMATCH ()-[r]->()\nWHERE ele
 // id an event committed after the read can carry: a node some such event
 // already wrote is left alone (the read would be older), any other is
 // written and stamped below-1, so every such event still applies after it.
-// below = 1 creates a missing node and touches no existing one.
+// below = 1 creates a missing node and changes no existing one (it still
+// locks it until the chunk commits, as every guarded write does).
 func RebuildReferenceText(m graphmodel.Model, label string) (string, error) {
 	l, ok := m.Label(label)
 	if !ok || l.Role != graphmodel.RoleReference {

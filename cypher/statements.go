@@ -117,8 +117,11 @@ func (b *Builder) Texts() []string {
 // write the same node. With the lock taken first, the guard reads what
 // the other transaction committed. Setting an empty map takes the lock and
 // writes nothing; unlike setting a label or a key again, it plans no Eager.
-// Every statement that writes under a guard locks what the guard reads
-// (TestGuardsSeeConcurrentWrites).
+// Every statement that writes a node under a guard locks it first
+// (TestGuardsSeeConcurrentWrites). Two reads stay outside the rule: a
+// Single relationship's clear and merge read their From node, which the
+// same transaction's upsert locked already; and a tombstone that does not
+// exist yet has nothing to lock.
 func lockNode(v string) string { return "SET " + v + " += {}\n" }
 
 // guardAllows is true when row's guard orders after the node's stored one.

@@ -168,14 +168,18 @@ func TestGuardsSeeConcurrentWrites(t *testing.T) {
 				t.Fatal(err)
 			}
 			marker := fmt.Sprintf("guards-%d", i.tenant)
-			older := make(chan error, 1)
+			olderStmts := c.older(t, i)
+			older, ended := make(chan error, 1), make(chan struct{})
 			olderCtx, stop := context.WithCancel(ctx)
-			defer stop()
+			// A test that fails early stops the older write and waits for it
+			// (after the newer one is rolled back by its deferred Close).
+			t.Cleanup(func() { stop(); <-ended })
 			go func() {
+				defer close(ended)
 				s := driver.NewSession(olderCtx, neo4j.SessionConfig{})
 				defer s.Close(context.Background())
 				_, err := s.ExecuteWrite(olderCtx, func(tx neo4j.ManagedTransaction) (any, error) {
-					return nil, run(olderCtx, tx, c.older(t, i))
+					return nil, run(olderCtx, tx, olderStmts)
 				}, neo4j.WithTxMetadata(map[string]any{"test": marker}))
 				older <- err
 			}()
@@ -203,8 +207,13 @@ func TestGuardsSeeConcurrentWrites(t *testing.T) {
 			if err := newer.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if err := <-older; err != nil {
-				t.Fatal(err)
+			select {
+			case err := <-older:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the older write did not end within 30s of the newer one's commit")
 			}
 			res, err := neo4j.ExecuteQuery(ctx, driver, state, map[string]any{"t": i.tenant}, neo4j.EagerResultTransformer)
 			if err != nil {
