@@ -40,9 +40,9 @@ func TestGuardsSeeConcurrentWrites(t *testing.T) {
 		return graphmodel.NodeUpsert{Label: graphmodel.LabelOrder, TenantID: tenant, ID: id,
 			Guard: graphmodel.Guard{Version: version, OutboxID: outbox}, Props: map[string]any{"status": status}}
 	}
-	events := func(t *testing.T, mut graphmodel.Mutations, current graphmodel.SingleTargets) []cypher.Statement {
+	events := func(t *testing.T, mut graphmodel.Mutations) []cypher.Statement {
 		t.Helper()
-		stmts, err := b.Statements(mut, current)
+		stmts, err := b.Statements(mut, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,23 +71,23 @@ func TestGuardsSeeConcurrentWrites(t *testing.T) {
 	}{{
 		name: "an older event beside a newer event of a shared category",
 		setup: func(t *testing.T, i *ids) []cypher.Statement {
-			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{category(i.tenant, i.id(10), 100, "first")}}, nil)
+			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{category(i.tenant, i.id(10), 100, "first")}})
 		},
 		newer: func(t *testing.T, i *ids) []cypher.Statement {
-			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{category(i.tenant, i.id(10), 201, "newest")}}, nil)
+			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{category(i.tenant, i.id(10), 201, "newest")}})
 		},
 		older: func(t *testing.T, i *ids) []cypher.Statement {
 			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{
-				category(i.tenant, i.id(10), 200, "older"), category(i.tenant, i.id(11), 200, "other")}}, nil)
+				category(i.tenant, i.id(10), 200, "older"), category(i.tenant, i.id(11), 200, "other")}})
 		},
 		want: "Category {C} newest v0 o201 [];Category {C2} other v0 o200 []",
 	}, {
 		name: "a rebuild's snapshot read beside the event committed after it",
 		setup: func(t *testing.T, i *ids) []cypher.Statement {
-			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{category(i.tenant, i.id(10), 100, "first")}}, nil)
+			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{category(i.tenant, i.id(10), 100, "first")}})
 		},
 		newer: func(t *testing.T, i *ids) []cypher.Statement {
-			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{category(i.tenant, i.id(10), 195, "held")}}, nil)
+			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{category(i.tenant, i.id(10), 195, "held")}})
 		},
 		older: func(t *testing.T, i *ids) []cypher.Statement {
 			text, err := cypher.RebuildReferenceText(model, graphmodel.LabelCategory)
@@ -100,10 +100,10 @@ func TestGuardsSeeConcurrentWrites(t *testing.T) {
 		name: "a repair from older rows beside a newer event of the order",
 		setup: func(t *testing.T, i *ids) []cypher.Statement {
 			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{
-				order(i.tenant, i.id(20), 1, 300, "placed"), order(i.tenant, i.id(21), 1, 100, "placed")}}, nil)
+				order(i.tenant, i.id(20), 1, 300, "placed"), order(i.tenant, i.id(21), 1, 100, "placed")}})
 		},
 		newer: func(t *testing.T, i *ids) []cypher.Statement {
-			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{order(i.tenant, i.id(20), 2, 301, "confirmed")}}, nil)
+			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{order(i.tenant, i.id(20), 2, 301, "confirmed")}})
 		},
 		older: func(t *testing.T, i *ids) []cypher.Statement {
 			text, err := cypher.RepairNodeText(model, graphmodel.LabelOrder)
@@ -117,13 +117,13 @@ func TestGuardsSeeConcurrentWrites(t *testing.T) {
 		setup: func(t *testing.T, i *ids) []cypher.Statement {
 			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{
 				category(i.tenant, i.id(10), 100, "c1"), category(i.tenant, i.id(11), 100, "c2"),
-				product(i.tenant, i.id(1), 3, 300, "p1"), product(i.tenant, i.id(2), 1, 100, "p2")}}, nil)
+				product(i.tenant, i.id(1), 3, 300, "p1"), product(i.tenant, i.id(2), 1, 100, "p2")}})
 		},
 		newer: func(t *testing.T, i *ids) []cypher.Statement {
 			return events(t, graphmodel.Mutations{
 				Nodes: []graphmodel.NodeUpsert{product(i.tenant, i.id(1), 4, 301, "p1 v4")},
 				Rels:  []graphmodel.RelUpsert{{Type: graphmodel.RelInCategory, TenantID: i.tenant, FromID: i.id(1), ToID: i.id(11), OutboxID: 301}},
-			}, nil)
+			})
 		},
 		older: func(t *testing.T, i *ids) []cypher.Statement {
 			text, err := cypher.RepairRelText(model, graphmodel.RelInCategory)
