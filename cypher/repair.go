@@ -42,6 +42,23 @@ func RepairNodeText(m graphmodel.Model, label string) (string, error) {
 	return b.String(), nil
 }
 
+// RemoveTombstonedText deletes nodes of label given as rows {tenant_id, id}
+// that have a tombstone: run after RepairNodeText in the same transaction.
+// RepairNodeText reads the tombstone before it locks the node, and sees only
+// committed ones: a delete of the same node still open then holds the node's
+// key, so its MERGE waits for it and, once the delete has committed, makes
+// the node anew beside the tombstone. Read now, the tombstone is committed.
+// A statement of its own: a delete in RepairNodeText's statement makes
+// Neo4j plan another Eager over every row (ADR 0003).
+func RemoveTombstonedText(m graphmodel.Model, label string) (string, error) {
+	l, ok := m.Label(label)
+	if !ok || l.Tombstone == "" {
+		return "", fmt.Errorf("repair: %q is not a deletable label of the model", label)
+	}
+	return fmt.Sprintf("UNWIND $rows AS row\nMATCH (:%s {%s: row.tenant_id, %s: row.id})\nMATCH (n:%s {%s: row.tenant_id, %s: row.id})\nDETACH DELETE n\nRETURN count(*) AS applied",
+		l.Tombstone, graphmodel.KeyTenantID, graphmodel.KeyID, l.Name, graphmodel.KeyTenantID, graphmodel.KeyID), nil
+}
+
 // RepairRelText merges relationships of type typ from rows {tenant_id,
 // from_id, to_id, version, props}: only where the owning aggregate (the From
 // end when it is an aggregate, else the To end) is not newer than version.

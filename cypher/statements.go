@@ -121,7 +121,8 @@ func (b *Builder) Texts() []string {
 // (TestGuardsSeeConcurrentWrites). Two reads stay outside the rule: a
 // Single relationship's clear and merge read their From node, which the
 // same transaction's upsert locked already; and a tombstone that does not
-// exist yet has nothing to lock.
+// exist yet has nothing to lock (after a repair, RemoveTombstonedText reads
+// it again; the event upsert does not, see ADR 0003).
 func lockNode(v string) string { return "SET " + v + " += {}\n" }
 
 // guardAllows is true when row's guard orders after the node's stored one.

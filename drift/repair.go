@@ -250,6 +250,13 @@ func projectionStatements(model graphmodel.Model, nodes []*node, rebuildBelow in
 			return nil, err
 		}
 		out = append(out, statement{"re-projected " + l.Name + " nodes from their rows", text, map[string]any{"rows": rows}})
+		if l.Tombstone != "" {
+			text, err := cypher.RemoveTombstonedText(model, l.Name)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, statement{"removed " + l.Name + " nodes deleted while they were re-projected", text, map[string]any{"rows": rows}})
+		}
 	}
 	for _, rt := range model.Relationships {
 		rows := relRows[rt.Type]

@@ -132,6 +132,42 @@ func TestGuardsSeeConcurrentWrites(t *testing.T) {
 				map[string]any{"tenant_id": i.tenant, "from_id": i.id(2), "to_id": i.id(11), "version": int64(1), "props": map[string]any{}})
 		},
 		want: "Category {C} c1 v0 o100 [];Category {C2} c2 v0 o100 [];Product {P1} p1 v4 v4 o301 [{C2}];Product {P2} p2 v1 o100 [{C2}]",
+	}, {
+		name: "a repair from older rows beside the event that deletes the product",
+		setup: func(t *testing.T, i *ids) []cypher.Statement {
+			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{
+				product(i.tenant, i.id(1), 3, 300, "p1"), product(i.tenant, i.id(2), 1, 100, "p2")}})
+		},
+		newer: func(t *testing.T, i *ids) []cypher.Statement {
+			return events(t, graphmodel.Mutations{Deletes: []graphmodel.NodeDelete{{Label: graphmodel.LabelProduct, TenantID: i.tenant, ID: i.id(1),
+				Guard: graphmodel.Guard{Version: 4, OutboxID: 301}}}})
+		},
+		older: func(t *testing.T, i *ids) []cypher.Statement {
+			text, err := cypher.RepairNodeText(model, graphmodel.LabelProduct)
+			return repair(t, text, err,
+				map[string]any{"tenant_id": i.tenant, "id": i.id(1), "version": int64(3), "props": map[string]any{"name": "p1"}},
+				map[string]any{"tenant_id": i.tenant, "id": i.id(2), "version": int64(2), "props": map[string]any{"name": "p2 v2"}})
+		},
+		want: "Product {P2} p2 v2 v2 o100 []",
+	}, {
+		name: "a repair that creates the product beside the event that deletes it",
+		setup: func(t *testing.T, i *ids) []cypher.Statement {
+			return events(t, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{product(i.tenant, i.id(2), 1, 100, "p2")}})
+		},
+		newer: func(t *testing.T, i *ids) []cypher.Statement {
+			return events(t, graphmodel.Mutations{Deletes: []graphmodel.NodeDelete{{Label: graphmodel.LabelProduct, TenantID: i.tenant, ID: i.id(1),
+				Guard: graphmodel.Guard{Version: 4, OutboxID: 301}}}})
+		},
+		older: func(t *testing.T, i *ids) []cypher.Statement {
+			rows := []map[string]any{
+				{"tenant_id": i.tenant, "id": i.id(1), "version": int64(3), "props": map[string]any{"name": "p1"}},
+				{"tenant_id": i.tenant, "id": i.id(2), "version": int64(2), "props": map[string]any{"name": "p2 v2"}}}
+			text, err := cypher.RepairNodeText(model, graphmodel.LabelProduct)
+			upsert := repair(t, text, err, rows...)
+			text, err = cypher.RemoveTombstonedText(model, graphmodel.LabelProduct)
+			return append(upsert, repair(t, text, err, rows...)...)
+		},
+		want: "Product {P2} p2 v2 v2 o100 []",
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
