@@ -2,10 +2,12 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	gsql "graphsync/sql"
@@ -80,15 +82,44 @@ func NotifyTriggerEnable(ctx context.Context, pool *pgxpool.Pool, channel string
 	if !validIdentifier(channel) {
 		return fmt.Errorf("notify channel %q: use lower-case letters, digits and underscores (at most 63)", channel)
 	}
-	// A trigger's argument is DDL text, never a parameter: channel is a
-	// checked identifier, written as a string literal.
-	_, err := pool.Exec(ctx, `CREATE OR REPLACE TRIGGER graphsync_outbox_notify
-		AFTER INSERT ON outbox_messages FOR EACH STATEMENT EXECUTE FUNCTION graphsync_outbox_notify('`+channel+`')`)
+	// Every start of a notify-mode relay calls this. Creating the trigger
+	// locks outbox_messages against inserts, and waits for every open
+	// transaction that wrote to it while every new producer insert queues
+	// behind the wait: so the trigger is created only when it is missing or
+	// names another channel, and then gives up after notifyDDLLockTimeout.
+	var installed bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (
+		SELECT 1 FROM pg_trigger
+		WHERE tgrelid = 'outbox_messages'::regclass AND tgname = 'graphsync_outbox_notify'
+		  AND tgenabled <> 'D' AND tgargs = convert_to($1, 'UTF8') || '\x00'::bytea)`, channel).Scan(&installed); err != nil {
+		return fmt.Errorf("read the notify trigger on outbox_messages: %w", err)
+	}
+	if installed {
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, notifyDDLLockTimeout); err != nil {
+			return err
+		}
+		// A trigger's argument is DDL text, never a parameter: channel is a
+		// checked identifier, written as a string literal.
+		_, err := tx.Exec(ctx, `CREATE OR REPLACE TRIGGER graphsync_outbox_notify
+			AFTER INSERT ON outbox_messages FOR EACH STATEMENT EXECUTE FUNCTION graphsync_outbox_notify('`+channel+`')`)
+		return err
+	})
 	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+			return fmt.Errorf("install notify trigger on outbox_messages: gave up after %s waiting for a transaction that wrote to the outbox (producers would queue behind the wait); start again once it has ended", notifyDDLLockTimeout)
+		}
 		return fmt.Errorf("install notify trigger on outbox_messages: %w", err)
 	}
 	return nil
 }
+
+// notifyDDLLockTimeout bounds how long installing the notify trigger waits
+// for outbox_messages' lock.
+const notifyDDLLockTimeout = "5s"
 
 // NotifyTriggerDisable drops the notify trigger.
 func NotifyTriggerDisable(ctx context.Context, pool *pgxpool.Pool) error {

@@ -27,6 +27,7 @@ func TestConformance(t *testing.T) {
 			t.Run("OutOfIDOrderCommits", func(t *testing.T) { testOutOfIDOrderCommits(t, mode) })
 			t.Run("SinkUnavailableCountsNoAttempt", func(t *testing.T) { testSinkUnavailable(t, mode) })
 			t.Run("UnreadableRowsGoToDLQ", func(t *testing.T) { testUnreadableRows(t, mode) })
+			t.Run("AFailingAggregateStallsNoOther", func(t *testing.T) { testFailingAggregateStallsNoOther(t, mode) })
 		})
 	}
 }
@@ -405,9 +406,16 @@ func testUnreadableRows(t *testing.T, mode WakeMode) {
 		}
 		return nil
 	}
-	h.start(sink, h.config("relay-unreadable"))
 	ctx := context.Background()
-	var deep, infinite, unknownTenant int64
+	// The row behind the infinite one, of the same aggregate and claimed
+	// with it, must wait until the infinite one has left the outbox.
+	var deep, infinite, behindInfinite, unknownTenant int64
+	var appliedTooEarly atomic.Bool
+	sink.onApply = func(m Message) {
+		if m.ID == behindInfinite && h.count(`SELECT count(*) FROM outbox_messages_dlq WHERE id = $1`, infinite) == 0 {
+			appliedTooEarly.Store(true)
+		}
+	}
 	err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
 			VALUES (1, 'Order', 1, 'OrderPlaced', (repeat('[', 10050) || repeat(']', 10050))::jsonb) RETURNING id`).Scan(&deep); err != nil {
@@ -417,13 +425,18 @@ func testUnreadableRows(t *testing.T, mode WakeMode) {
 			VALUES (1, 'Order', 2, 'OrderPlaced', '{}', 'infinity') RETURNING id`).Scan(&infinite); err != nil {
 			return err
 		}
+		var err error
+		if behindInfinite, err = insert(ctx, tx, event{1, "Order", 2, "OrderConfirmed", `{}`}); err != nil {
+			return err
+		}
 		return tx.QueryRow(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
 			VALUES (424242, 'Order', 3, 'OrderPlaced', '{}') RETURNING id`).Scan(&unknownTenant)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var good []int64
+	h.start(sink, h.config("relay-unreadable"))
+	good := []int64{behindInfinite}
 	for i := range 10 {
 		good = append(good, h.insertCommitted(event{2 + int64(i%3), "Order", int64(10 + i), "OrderPlaced", `{}`}))
 	}
@@ -431,6 +444,9 @@ func testUnreadableRows(t *testing.T, mode WakeMode) {
 		return h.count(`SELECT count(*) FROM outbox_messages_dlq WHERE id IN ($1, $2, $3)`, deep, infinite, unknownTenant) == 3 &&
 			h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NOT NULL`) == int64(len(good))
 	})
+	if appliedTooEarly.Load() {
+		t.Errorf("outbox id %d was applied while the unreadable row %d before it was still pending", behindInfinite, infinite)
+	}
 	for id, want := range map[int64]string{deep: "does not decode", infinite: "occurred_at is infinity", unknownTenant: "tenant 424242 does not exist"} {
 		var lastError string
 		if err := h.pool.QueryRow(ctx, `SELECT last_error FROM outbox_messages_dlq WHERE id = $1`, id).Scan(&lastError); err != nil {
@@ -440,4 +456,74 @@ func testUnreadableRows(t *testing.T, mode WakeMode) {
 			t.Errorf("outbox id %d: last_error %q, want it to say %q", id, lastError, want)
 		}
 	}
+}
+
+// An aggregate whose first event failed holds back its later events until
+// the retry, and more of them wait than a claim's window holds. The window
+// must not fill with them: rows of other aggregates written after them are
+// delivered meanwhile. The failed row's aggregate shares its batches with
+// the others, and stays in order.
+func testFailingAggregateStallsNoOther(t *testing.T, mode WakeMode) {
+	h := newHarness(t, mode)
+	sink := newRecordingSink()
+	sink.reject = func(m Message) error {
+		if strings.Contains(string(m.Payload), "poison") {
+			return errors.New("payload rejected: field total must be a number")
+		}
+		return nil
+	}
+	cfg := h.config("relay-stall")
+	cfg.BacklogBatchSize = cfg.BatchSize
+	cfg.RetryStep = time.Hour // the failed row is not due again in this test
+	ctx := context.Background()
+	var poison int64
+	var behind []int64
+	err := pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
+		var err error
+		if _, err = insert(ctx, tx, event{2, "Order", 7, "OrderConfirmed", `{}`}); err != nil {
+			return err
+		}
+		if poison, err = insert(ctx, tx, event{1, "Order", 1, "OrderConfirmed", `{"poison": true}`}); err != nil {
+			return err
+		}
+		for i := 0; i < 3*cfg.BatchSize; i++ {
+			id, err := insert(ctx, tx, event{1, "Order", 1, "OrderConfirmed", fmt.Sprintf(`{"n": %d}`, i)})
+			if err != nil {
+				return err
+			}
+			behind = append(behind, id)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.start(sink, cfg)
+	eventually(t, 20*time.Second, "the poison row failed once", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND last_error IS NOT NULL`, poison) == 1
+	})
+	var others []int64
+	for i := 0; i < 10; i++ {
+		others = append(others, h.insertCommitted(event{2 + int64(i%3), "Order", int64(10 + i), "OrderConfirmed", `{}`}))
+	}
+	eventually(t, 20*time.Second, "rows of other aggregates written after the held-back ones delivered", func() bool {
+		seen := sink.appliedIDs()
+		for _, id := range others {
+			if seen[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	seen := sink.appliedIDs()
+	for _, id := range behind {
+		if seen[id] > 0 {
+			t.Fatalf("outbox id %d applied while the failed row %d before it waits for its retry", id, poison)
+		}
+	}
+	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE id = ANY($1) AND processed_at IS NULL AND last_error IS NULL`, behind); n != int64(len(behind)) {
+		t.Errorf("%d of the %d rows behind the failed row are pending without an error, want all", n, len(behind))
+	}
+	sink.checkOrder(t)
+	sink.checkViolations(t)
 }

@@ -283,6 +283,39 @@ func TestChangedNotifyChannelStillWakes(t *testing.T) {
 	}
 }
 
+// Starting a notify-mode relay while a producer's transaction that wrote to
+// the outbox is open: with the trigger in place it creates nothing (no DDL
+// that would queue every other producer's insert behind that transaction);
+// with a trigger to change it gives up after its lock timeout, saying why,
+// and the producers are not held back longer than that.
+func TestNotifyTriggerWaitsForNoOpenProducer(t *testing.T) {
+	h := newHarness(t, WakeNotify) // the trigger is installed on graphsync_outbox
+	ctx := context.Background()
+	open, err := h.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Rollback(ctx)
+	if _, err := insert(ctx, open, event{1, "Order", 1, "OrderPlaced", `{}`}); err != nil {
+		t.Fatal(err)
+	}
+	quick, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := NotifyTriggerEnable(quick, h.pool, "graphsync_outbox"); err != nil {
+		t.Fatalf("enabling the trigger that is in place: %v", err)
+	}
+	started := time.Now()
+	err = NotifyTriggerEnable(ctx, h.pool, "another_channel")
+	if err == nil || !strings.Contains(err.Error(), "gave up after 5s waiting for a transaction that wrote to the outbox") {
+		t.Fatalf("changing the trigger's channel beside an open producer: %v, want it to give up on the lock", err)
+	}
+	if waited := time.Since(started); waited > 20*time.Second {
+		t.Errorf("gave up after %s, want about 5s", waited)
+	}
+	// The others' inserts went on once it gave up.
+	h.insertCommitted(event{2, "Order", 2, "OrderPlaced", `{}`})
+}
+
 // Two processes creating next month's archive partition at once: both
 // succeed, one of them creates it.
 func TestArchivePartitionCreationRace(t *testing.T) {

@@ -335,9 +335,7 @@ func (s *streamer) stream(ctx context.Context, conn *pgconn.PgConn) error {
 					session.advanceIdle(end)
 					continue
 				}
-				session.mu.Lock()
-				session.inflight++
-				session.mu.Unlock()
+				session.pushing()
 				if err := push(streamBatch{ids: txIDs, done: func() { session.handled(end) }}); err != nil {
 					session.mu.Lock()
 					session.inflight-- // never handed over
@@ -348,6 +346,18 @@ func (s *streamer) stream(ctx context.Context, conn *pgconn.PgConn) error {
 			}
 		}
 	}
+}
+
+// pushing counts a transaction handed to the worker. The stall clock runs
+// from the oldest transaction in flight: one pushed after a quiet spell
+// starts it afresh, or the quiet spell would count as a stall.
+func (s *streamSession) pushing() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inflight == 0 {
+		s.lastProgress = time.Now()
+	}
+	s.inflight++
 }
 
 // handled records that a pushed transaction was delivered and marked. The

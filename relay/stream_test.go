@@ -192,3 +192,34 @@ func TestStreamLetsGoWhenStalled(t *testing.T) {
 		return sink.appliedIDs()[id] > 0
 	})
 }
+
+// A healthy stream keeps its replication connection: a transaction that
+// arrives after a quiet spell longer than StreamStallTimeout is delivered
+// on the same connection, not taken for a stall.
+func TestStreamKeepsItsConnectionAfterAQuietSpell(t *testing.T) {
+	h := newHarness(t, WakeStream)
+	sink := newRecordingSink()
+	cfg := streamOnlyConfig(h, "relay-quiet")
+	cfg.StreamStallTimeout = 300 * time.Millisecond
+	h.start(sink, cfg)
+	activePID := func() int64 {
+		return h.count(`SELECT coalesce(max(active_pid), 0) FROM pg_replication_slots WHERE slot_name = $1`, h.slot)
+	}
+	eventually(t, 10*time.Second, "the stream connected", func() bool { return activePID() != 0 })
+	first := activePID()
+	for round := 0; round < 3; round++ {
+		// Quiet: nothing in flight for twice the stall timeout, while the
+		// heartbeats confirm the server's WAL end.
+		quietSince, mark := time.Now(), h.currentLSN()
+		eventually(t, 10*time.Second, "a quiet spell of twice the stall timeout", func() bool {
+			return time.Since(quietSince) > 2*cfg.StreamStallTimeout && h.lsnAtLeast(mark)
+		})
+		id := h.insertCommitted(event{1, "Order", int64(round + 1), "OrderPlaced", `{}`})
+		eventually(t, 10*time.Second, "the row delivered", func() bool {
+			return h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND processed_at IS NOT NULL`, id) == 1
+		})
+		if pid := activePID(); pid != first {
+			t.Fatalf("round %d: the stream reconnected (walsender pid %d, then %d): the quiet spell was taken for a stall", round, first, pid)
+		}
+	}
+}

@@ -1,6 +1,8 @@
 -- Runtime statements of the relay. Every value is a parameter.
 -- A claim takes whole aggregates through outbox_aggregate_leases, so claims
--- run concurrently without a global lock (docs/adr/0001, 0012).
+-- run concurrently without a global lock (docs/adr/0001, 0012). A lease
+-- whose locked_by is 'held back' is a hold: the aggregate waits for a
+-- failed or deferred row's retry, and claims skip its rows until then.
 
 -- name: OutboxClaimSettings
 -- Sent with the claim, in its transaction. No sorts: the window must walk the
@@ -21,8 +23,14 @@ SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true);
 
 -- name: OutboxClaimPollWindow
 -- $1 batch size: the first due, unleased pending rows in id order, locked
--- (SKIP LOCKED) until the claim commits. suspect: the row's last lease ran
--- out unanswered more than once (it may be what kills its relays).
+-- (SKIP LOCKED) until the claim commits, of aggregates not held back after
+-- a failure (see OutboxRecordFailure), so that rows waiting behind a failed
+-- event never fill the window ahead of other aggregates' rows. One
+-- primary-key probe a row. Rows of aggregates in flight stay in the window
+-- (the tail holds them back): skipping them here would walk every pending
+-- row of hot aggregates while they are in delivery, and they are due as
+-- soon as their batch settles. suspect: the row's last lease ran out
+-- unanswered more than once (it may be what kills its relays).
 WITH win AS (
   SELECT o.id, o.tenant_id, o.aggregate_type, o.aggregate_id,
          o.locked_until IS NOT NULL AND o.attempts >= 2 AS suspect
@@ -30,6 +38,11 @@ WITH win AS (
   WHERE o.processed_at IS NULL
     AND o.available_at <= now()
     AND (o.locked_until IS NULL OR o.locked_until < now())
+    AND NOT EXISTS (
+      SELECT 1 FROM outbox_aggregate_leases l
+      WHERE l.tenant_id = o.tenant_id AND l.aggregate_type = o.aggregate_type
+        AND l.aggregate_id = o.aggregate_id
+        AND l.locked_by = 'held back' AND l.locked_until >= now())
   ORDER BY o.id
   LIMIT $1
   FOR UPDATE SKIP LOCKED
@@ -46,6 +59,11 @@ WITH win AS (
     AND o.processed_at IS NULL
     AND o.available_at <= now()
     AND (o.locked_until IS NULL OR o.locked_until < now())
+    AND NOT EXISTS (
+      SELECT 1 FROM outbox_aggregate_leases l
+      WHERE l.tenant_id = o.tenant_id AND l.aggregate_type = o.aggregate_type
+        AND l.aggregate_id = o.aggregate_id
+        AND l.locked_by = 'held back' AND l.locked_until >= now())
   FOR UPDATE SKIP LOCKED
 )
 
@@ -130,7 +148,9 @@ RETURNING m.id, m.tenant_id, m.aggregate_type, m.aggregate_id, m.event_type,
 -- due), all only while the batch's claim ($4, its lease identity) still
 -- holds them: a row whose lease was taken over is left to its new holder.
 -- $6/$7/$8 the batch's aggregates
--- (tenant ids, types, ids), whose aggregate leases end here.
+-- (tenant ids, types, ids), whose aggregate leases end here, except those
+-- of deferred rows: their leases become holds until the rows are due (see
+-- OutboxRecordFailure).
 -- Returns how many applied rows were marked.
 WITH marked AS (
   UPDATE outbox_messages
@@ -146,11 +166,21 @@ WITH marked AS (
   SET attempts = GREATEST(attempts - 1, 0), locked_by = NULL, locked_until = NULL,
       available_at = now() + $5::interval
   WHERE id = ANY($3::bigint[]) AND locked_by = $4
+  RETURNING tenant_id, aggregate_type, aggregate_id
+), held AS (
+  UPDATE outbox_aggregate_leases l
+  SET locked_by = 'held back', locked_until = now() + $5::interval
+  FROM (SELECT DISTINCT tenant_id, aggregate_type, aggregate_id FROM deferred) d
+  WHERE l.tenant_id = d.tenant_id AND l.aggregate_type = d.aggregate_type
+    AND l.aggregate_id = d.aggregate_id AND l.locked_by = $4
 ), unleased AS (
   DELETE FROM outbox_aggregate_leases l
   USING unnest($6::bigint[], $7::text[], $8::bigint[]) AS a(tenant_id, aggregate_type, aggregate_id)
   WHERE l.tenant_id = a.tenant_id AND l.aggregate_type = a.aggregate_type
     AND l.aggregate_id = a.aggregate_id AND l.locked_by = $4
+    AND NOT EXISTS (
+      SELECT 1 FROM deferred d
+      WHERE d.tenant_id = a.tenant_id AND d.aggregate_type = a.aggregate_type AND d.aggregate_id = a.aggregate_id)
 )
 SELECT count(*) FROM marked;
 
@@ -171,13 +201,26 @@ WHERE id = ANY($1::bigint[]) AND locked_by = $2 AND processed_at IS NULL;
 -- $1 ids, $2 errors (same length), $3 the claim's lease identity, $4 retry step, $5 max steps.
 -- The seed's schedule: LEAST(attempts + 1, 8) * 30s, where attempts counted
 -- failures; here attempts was already counted at claim, hence LEAST(attempts, 8).
-UPDATE outbox_messages m
-SET last_error = f.error,
-    available_at = now() + LEAST(m.attempts, $5::int) * $4::interval,
-    locked_by = NULL,
-    locked_until = NULL
-FROM unnest($1::bigint[], $2::text[]) AS f(id, error)
-WHERE m.id = f.id AND m.locked_by = $3;
+-- The aggregate's lease becomes a hold until the retry: its later rows wait
+-- behind the failed one anyway, and the claim's window skips them instead
+-- of filling with them (the settle leaves a hold in place; a claim takes
+-- the aggregate again once the hold has run out).
+WITH failed AS (
+  UPDATE outbox_messages m
+  SET last_error = f.error,
+      available_at = now() + LEAST(m.attempts, $5::int) * $4::interval,
+      locked_by = NULL,
+      locked_until = NULL
+  FROM unnest($1::bigint[], $2::text[]) AS f(id, error)
+  WHERE m.id = f.id AND m.locked_by = $3
+  RETURNING m.tenant_id, m.aggregate_type, m.aggregate_id, m.available_at
+)
+UPDATE outbox_aggregate_leases l
+SET locked_by = 'held back', locked_until = h.until
+FROM (SELECT tenant_id, aggregate_type, aggregate_id, max(available_at) AS until
+      FROM failed GROUP BY tenant_id, aggregate_type, aggregate_id) h
+WHERE l.tenant_id = h.tenant_id AND l.aggregate_type = h.aggregate_type
+  AND l.aggregate_id = h.aggregate_id AND l.locked_by = $3;
 
 -- name: OutboxMoveToDLQ
 -- $1 ids, $2 errors (same length), $3 the claim's lease identity (NULL: any holder, for admin use).
