@@ -221,9 +221,16 @@ func (r *run) suspect(s suspect, findings []Finding) {
 		r.suspects = append(r.suspects, s)
 		return
 	}
-	// Past the bound: counted from the first pass, not looked at again.
+	// Past the bound: counted from the first pass, not looked at again, and
+	// so not repaired either: under live sync a first-pass verdict may be
+	// false (a node sync wrote after the snapshot looks like an orphan, one
+	// it moved on looks ahead), and a repair acts on it for good. A run
+	// repairs what its second look confirmed; the next run goes on.
 	r.capped++
-	r.findings = append(r.findings, findings...)
+	for _, f := range findings {
+		f.repair = nil
+		r.findings = append(r.findings, f)
+	}
 }
 
 // secondLook re-reads each suspect key in the order that makes a verdict

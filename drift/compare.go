@@ -65,6 +65,12 @@ func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 	for _, k := range keys {
 		_, allowed := label.Property(k)
 		allowed = allowed || slices.Contains(reservedKeys, k)
+		if !allowed && slices.Contains(label.Personal, k) {
+			// A field the model names personal: whatever it holds, its
+			// value is never shown.
+			add(PersonalData, fmt.Sprintf("property %s is a personal field of %s", k, label.Name), &repairAction{removeProp: k})
+			continue
+		}
 		if what := personalData(got.props[k]); what != "" {
 			var repair *repairAction
 			if !allowed {

@@ -148,6 +148,13 @@ func TestPlantedDriftIsFoundAndRepaired(t *testing.T) {
 	// A property outside the allowlist holding an e-mail address.
 	piiProduct := products[1]
 	cypherExec(t, driver, `MATCH (n:Product {tenant_id: $t, id: $id}) SET n.contact = 'buyer.planted@example.org'`, p(piiProduct))
+	// An e-mail address in a list, and a field the model names personal
+	// (whatever it holds: a name matches no pattern).
+	listProduct := products[3]
+	cypherExec(t, driver, `MATCH (n:Product {tenant_id: $t, id: $id}) SET n.contacts = ['list.planted@example.org']`, p(listProduct))
+	customers := ids(t, pool, `SELECT id FROM customers WHERE tenant_id = $1 ORDER BY id LIMIT 1`, a)
+	namedCustomer := customers[0]
+	cypherExec(t, driver, `MATCH (n:Customer {tenant_id: $t, id: $id}) SET n.full_name = 'Jane Planted'`, p(namedCustomer))
 	// Two tenants linked.
 	linkedOrder := orders[2]
 	cypherExec(t, driver, `MATCH (o:Order {tenant_id: $t, id: $id}), (x:Product {tenant_id: $tb, id: $pb})
@@ -170,7 +177,7 @@ func TestPlantedDriftIsFoundAndRepaired(t *testing.T) {
 		WHERE NOT p.id IN $planted
 		MATCH (x {tenant_id: $t, id: c.id}) WHERE NOT x:Category
 		RETURN p.id AS product, labels(x)[0] AS label ORDER BY p.id LIMIT 1`,
-		map[string]any{"t": a, "planted": []int64{editedProduct, piiProduct, uncategorised}}, neo4j.EagerResultTransformer)
+		map[string]any{"t": a, "planted": []int64{editedProduct, piiProduct, listProduct, uncategorised}}, neo4j.EagerResultTransformer)
 	if err != nil || len(res.Records) != 1 {
 		t.Fatalf("no product whose category id is also the id of another node of tenant %d (%v)", a, err)
 	}
@@ -214,6 +221,8 @@ func TestPlantedDriftIsFoundAndRepaired(t *testing.T) {
 		{StaleNode, "Order", raisedOrder, "the graph is ahead of the rows"},
 		{StaleNode, "Product", neverApplied, "price_cents"},
 		{PersonalData, "Product", piiProduct, "contact holds an e-mail address"},
+		{PersonalData, "Product", listProduct, "contacts holds an e-mail address"},
+		{PersonalData, "Customer", namedCustomer, "full_name is a personal field of Customer"},
 		{CrossTenant, "Order", linkedOrder, fmt.Sprintf("to tenant %d", b)},
 		{MissingRelationship, "Product", uncategorised, "IN_CATEGORY"},
 		{ExtraRelationship, "Order", extraOrder, "PLACED"},
@@ -238,7 +247,7 @@ func TestPlantedDriftIsFoundAndRepaired(t *testing.T) {
 			t.Errorf("%s of %s %d (%q) not reported:\n%s", w.kind, w.label, w.id, w.detail, md.String())
 		}
 	}
-	for _, personal := range []string{"buyer.planted@example.org", "rel.planted@example.org"} {
+	for _, personal := range []string{"buyer.planted@example.org", "rel.planted@example.org", "list.planted@example.org", "Jane Planted"} {
 		if strings.Contains(md.String(), personal) {
 			t.Errorf("the report echoes the personal data it found (%s)", personal)
 		}
@@ -365,5 +374,92 @@ func TestRepairLowersOnlyTheVersionItSaw(t *testing.T) {
 	}
 	if len(res.Records) != 3 {
 		t.Fatalf("%d orders, want 3", len(res.Records))
+	}
+}
+
+// Past MaxSuspects, differences are counted from the first pass only and
+// left unrepaired: a first-pass verdict may be false under live sync, and a
+// repair acts on it for good. Each run repairs what its second look
+// confirmed; later runs go on until nothing is left.
+func TestRepairActsOnlyOnWhatTheSecondLookConfirmed(t *testing.T) {
+	pool, driver := stack(t)
+	tenant := 9_000_000_000 + time.Now().UnixNano()%1_000_000_000
+	cleanGraph(t, driver, []int64{tenant})
+	if _, err := pool.Exec(context.Background(), `INSERT INTO tenants (id, name) VALUES ($1, 'capped')`, tenant); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DELETE FROM tenants WHERE id = $1`, tenant) })
+	cypherExec(t, driver, `MERGE (:Tenant {tenant_id: $t, id: $t})`, map[string]any{"t": tenant})
+	for id := int64(1); id <= 3; id++ {
+		cypherExec(t, driver, `CREATE (:Product {tenant_id: $t, id: $id, sync_version: 1, sync_outbox_id: 1, name: 'no row'})`,
+			map[string]any{"t": tenant, "id": id})
+	}
+	products := func() int64 {
+		res, err := neo4j.ExecuteQuery(context.Background(), driver, `MATCH (p:Product {tenant_id: $t}) RETURN count(p) AS n`,
+			map[string]any{"t": tenant}, neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "n")
+		return n
+	}
+	c, err := New(pool, driver, Config{TenantID: tenant, RecheckAfter: 10 * time.Millisecond, MaxSuspects: 1}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := c.Run(context.Background(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.SuspectsCapped != 2 || first.DriftTotal != 3 {
+		t.Fatalf("first run: %d capped, drift %d; want 2 capped of 3 orphans", first.SuspectsCapped, first.DriftTotal)
+	}
+	if n := products(); n != 2 {
+		t.Fatalf("%d orphan products left after the first repair, want 2 (only the one the second look confirmed removed)", n)
+	}
+	for run := 2; products() > 0; run++ {
+		if run > 4 {
+			t.Fatalf("%d orphan products left after %d runs", products(), run-1)
+		}
+		if _, err := c.Run(context.Background(), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if last := check(t, pool, driver, tenant, false); last.DriftTotal != 0 {
+		t.Errorf("drift %d after the runs, want 0: %+v", last.DriftTotal, last.Examples)
+	}
+}
+
+// The repair of a tenant PostgreSQL does not have removes the projection's
+// nodes of it and leaves other data of that tenant (a label no projection
+// owns) alone. The repair action is run directly: a whole-graph check here
+// would also find the tenants of other packages' tests.
+func TestRepairOfAnUnknownTenantKeepsForeignLabels(t *testing.T) {
+	pool, driver := stack(t)
+	tenant := 9_000_000_000 + time.Now().UnixNano()%1_000_000_000
+	cleanGraph(t, driver, []int64{tenant})
+	cypherExec(t, driver, `CREATE (:Tenant {tenant_id: $t, id: $t}), (:Product {tenant_id: $t, id: 1}), (:Chunk {tenant_id: $t, id: 1, text: 'a chunk'})`,
+		map[string]any{"t": tenant})
+	c, err := New(pool, driver, Config{}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &run{c: c, model: *c.cfg.Model, findings: []Finding{{Kind: OrphanNode, TenantID: tenant, Label: tenantLabel(*c.cfg.Model),
+		ID: tenant, Count: 2, repair: &repairAction{deleteTenant: true}}}}
+	if _, err := r.repair(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	res, err := neo4j.ExecuteQuery(context.Background(), driver, `MATCH (n {tenant_id: $t}) RETURN labels(n)[0] AS label ORDER BY label`,
+		map[string]any{"t": tenant}, neo4j.EagerResultTransformer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, rec := range res.Records {
+		l, _, _ := neo4j.GetRecordValue[string](rec, "label")
+		left = append(left, l)
+	}
+	if fmt.Sprint(left) != "[Chunk]" {
+		t.Errorf("nodes of the unknown tenant after the repair: %v, want only the Chunk", left)
 	}
 }

@@ -58,13 +58,20 @@ type Explained struct {
 }
 
 // personalData names what a value looks like ("an e-mail address", "a phone
-// number"), or "".
+// number"), or "". A list (Neo4j's array properties) is personal data when
+// any of its texts is.
 func personalData(v any) string {
-	s, ok := v.(string)
-	if !ok {
-		return ""
+	switch x := v.(type) {
+	case string:
+		return graphmodel.PersonalData(x)
+	case []any:
+		for _, item := range x {
+			if what := personalData(item); what != "" {
+				return what
+			}
+		}
 	}
-	return graphmodel.PersonalData(s)
+	return ""
 }
 
 // show renders a value for a report: personal data masked, long text cut.

@@ -113,9 +113,11 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 		}
 	}
 	for _, tenant := range deleteTenants {
+		// Only the projection's nodes: other data of the tenant (labels no
+		// projection owns, such as GraphRAG chunks) is never repaired.
 		if err := r.deleteInBatches(ctx, fmt.Sprintf("deleted nodes of tenant %d, which PostgreSQL does not have", tenant),
-			"MATCH (n) WHERE n.tenant_id = $tenant WITH n LIMIT 10000 DETACH DELETE n RETURN count(*) AS applied",
-			map[string]any{"tenant": tenant}, &changes); err != nil {
+			"MATCH (n) WHERE n.tenant_id = $tenant AND any(l IN labels(n) WHERE l IN $owned) WITH n LIMIT 10000 DETACH DELETE n RETURN count(*) AS applied",
+			map[string]any{"tenant": tenant, "owned": cypher.Labels(r.model)}, &changes); err != nil {
 			return changes, err
 		}
 	}

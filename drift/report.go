@@ -199,7 +199,7 @@ func (r *Report) WriteMarkdown(w io.Writer, threshold int) error {
 	fmt.Fprintf(&b, "**Drift: %d** (%s the threshold of %d). Explained by outbox rows not applied yet: %d.\n",
 		r.DriftTotal, verdict, threshold, r.ExplainedTotal)
 	if r.SuspectsCapped > 0 {
-		fmt.Fprintf(&b, "\n%d differences were past the second-look bound and are counted from the first pass only.\n", r.SuspectsCapped)
+		fmt.Fprintf(&b, "\n%d differences were past the second-look bound and are counted from the first pass only; --repair leaves them to the next run.\n", r.SuspectsCapped)
 	}
 	fmt.Fprintf(&b, "\n## Summary\n\n| tenant | label | rows | nodes | drift |\n| ---: | --- | ---: | ---: | ---: |\n")
 	for _, t := range r.Tenants {
