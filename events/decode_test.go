@@ -98,6 +98,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"customer not object", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { d["customer"] = "x" }), `customer must be an object, got a string`, ErrInvalidPayload},
 		{"id mismatch", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { d["id"] = 43 }), `id 43 does not match aggregate_id 42`, ErrInvalidPayload},
 		{"status mismatch", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { d["status"] = "shipped" }), `status must be "placed" in OrderPlaced, got "shipped"`, ErrInvalidPayload},
+		{"long status cut", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { d["status"] = strings.Repeat("s", 100_000) }),
+			`status must be "placed" in OrderPlaced, got "` + strings.Repeat("s", 64) + `"`, ErrInvalidPayload},
 		{"duplicate line", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { line(d, 1)["line_no"] = 1 }), `lines[1].line_no 1 repeats lines[0]`, ErrInvalidPayload},
 		{"no lines", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { d["lines"] = []any{} }), `lines must not be empty`, ErrInvalidPayload},
 		{"bad time", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { d["placed_at"] = "yesterday" }), `payload does not decode`, ErrInvalidPayload},

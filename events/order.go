@@ -50,7 +50,7 @@ func (s OrderState) validate(eventType, status string) error {
 		return err
 	}
 	if s.Status != status {
-		return fmt.Errorf("status must be %q in %s, got %q", status, eventType, s.Status)
+		return fmt.Errorf("status must be %q in %s, got %.64q", status, eventType, s.Status)
 	}
 	if err := checkCurrency("currency", s.Currency); err != nil {
 		return err
@@ -133,7 +133,7 @@ func (e OrderPlaced) Validate() error {
 		return err
 	}
 	if e.Customer.CountryCode != "" && !isUpperASCII(e.Customer.CountryCode, 2) {
-		return fmt.Errorf("customer.country_code must be two upper-case letters, got %q", e.Customer.CountryCode)
+		return fmt.Errorf("customer.country_code must be two upper-case letters, got %.64q", e.Customer.CountryCode)
 	}
 	if len(e.Lines) == 0 {
 		return fmt.Errorf("lines must not be empty")

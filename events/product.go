@@ -78,7 +78,7 @@ func (s ProductState) validate() error {
 		return err
 	}
 	if s.Status != ProductStatusActive && s.Status != ProductStatusDiscontinued {
-		return fmt.Errorf("status must be %q or %q, got %q", ProductStatusActive, ProductStatusDiscontinued, s.Status)
+		return fmt.Errorf("status must be %q or %q, got %.64q", ProductStatusActive, ProductStatusDiscontinued, s.Status)
 	}
 	return nil
 }
@@ -144,7 +144,7 @@ func (e ProductDiscontinued) Validate() error {
 		return err
 	}
 	if e.Status != ProductStatusDiscontinued {
-		return fmt.Errorf("status must be %q in %s, got %q", ProductStatusDiscontinued, TypeProductDiscontinued, e.Status)
+		return fmt.Errorf("status must be %q in %s, got %.64q", ProductStatusDiscontinued, TypeProductDiscontinued, e.Status)
 	}
 	return nil
 }

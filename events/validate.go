@@ -29,7 +29,7 @@ func checkText(field, value string, minLen, maxLen int) error {
 
 func checkCurrency(field, value string) error {
 	if !isUpperASCII(value, 3) {
-		return fmt.Errorf("%s must be three upper-case letters, got %q", field, value)
+		return fmt.Errorf("%s must be three upper-case letters, got %.64q", field, value)
 	}
 	return nil
 }

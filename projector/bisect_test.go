@@ -76,6 +76,34 @@ func TestDeliverReturnsUnavailabilityAsBatchError(t *testing.T) {
 	}
 }
 
+// Neo4j out of memory for a batch is no outage: the same batch fails the
+// same way however often it is retried. Deliver reports it as a failure of
+// the batch that names no event (suspect: the relay retries smaller
+// batches), not as Neo4j unavailable (the same batch claimed again, for
+// ever); a batch small enough goes through.
+func TestOutOfMemoryIsNoOutage(t *testing.T) {
+	p := newTestProjector(t)
+	oom := &neo4j.Neo4jError{Code: "Neo.TransientError.General.MemoryPoolOutOfMemoryError", Msg: "the allocation of 4 MiB exceeds the limit"}
+	p.applyBatch = func(_ context.Context, items []*item, _ *lookAhead) (map[int64]error, error) {
+		if len(items) > 4 {
+			return nil, oom
+		}
+		return nil, nil
+	}
+	a := &ids{tenant: 5}
+	var batch []relay.Message
+	for i := int64(1); i <= 8; i++ {
+		batch = append(batch, a.message(t, events.ProductCreated{ProductState: product(i, 1, "P", 0, "", 100, "active")}))
+	}
+	_, err := p.Deliver(context.Background(), batch)
+	if err == nil || errors.Is(err, relay.ErrSinkUnavailable) || errors.Is(err, relay.ErrSinkBroken) {
+		t.Fatalf("Deliver of a batch Neo4j has no memory for = %v; want a failure of the batch, neither unavailable nor broken", err)
+	}
+	if rejected, err := p.Deliver(context.Background(), batch[:4]); err != nil || len(rejected) > 0 {
+		t.Fatalf("Deliver of half the batch = %v, %v; want it applied", rejected, err)
+	}
+}
+
 func TestClassify(t *testing.T) {
 	tests := map[string]failureClass{
 		"Neo.ClientError.Statement.TypeError":                                classData,
@@ -89,6 +117,8 @@ func TestClassify(t *testing.T) {
 		"Neo.DatabaseError.General.UnknownError":                             classSuspect,
 		"Neo.ClientError.Transaction.TransactionTimedOutClientConfiguration": classSuspect,
 		"Neo.ClientError.Statement.ExecutionFailed":                          classSuspect,
+		"Neo.TransientError.General.MemoryPoolOutOfMemoryError":              classSuspect,
+		"Neo.TransientError.General.OutOfMemoryError":                        classSuspect,
 	}
 	for code, want := range tests {
 		if got := classify(fmt.Errorf("wrapped: %w", &neo4j.Neo4jError{Code: code})); got != want {
@@ -101,6 +131,9 @@ func TestClassify(t *testing.T) {
 		&neo4j.TransactionExecutionLimit{Cause: "timeout"}:     classUnavailable,
 		&dataError{errors.New("endpoint missing")}:             classData,
 		fmt.Errorf("apply: %w", context.DeadlineExceeded):      classUnavailable,
+		&neo4j.TransactionExecutionLimit{Cause: "retries", Errors: []error{
+			&neo4j.Neo4jError{Code: "Neo.TransientError.General.MemoryPoolOutOfMemoryError"}}}: classSuspect,
+		&tooLarge{&neo4j.Neo4jError{Code: "Neo.TransientError.General.MemoryPoolOutOfMemoryError"}}: classSuspect,
 	} {
 		if got := classify(err); got != want {
 			t.Errorf("classify(%v) = %v, want %v", err, got, want)

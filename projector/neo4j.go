@@ -23,6 +23,25 @@ type dataError struct{ err error }
 func (e *dataError) Error() string { return e.err.Error() }
 func (e *dataError) Unwrap() error { return e.err }
 
+// tooLarge is Neo4j running out of memory for a transaction. Neo4j calls it
+// transient, but the same batch fails the same way however often it is
+// retried: it is suspect (the relay retries it in smaller batches), and it
+// does not unwrap, so that the driver does not retry it as it stands.
+type tooLarge struct{ err error }
+
+func (e *tooLarge) Error() string {
+	return "neo4j ran out of memory for the transaction (the relay retries in smaller batches): " + e.err.Error()
+}
+
+// outOfMemory reports whether err is Neo4j's answer to a transaction that
+// needs more memory than it may have (the heap, or the transaction memory
+// pools: Neo.TransientError.General.MemoryPoolOutOfMemoryError and kin).
+func outOfMemory(err error) bool {
+	var neoErr *neo4j.Neo4jError
+	return errors.As(err, &neoErr) && strings.HasPrefix(neoErr.Code, "Neo.TransientError.General.") &&
+		(strings.Contains(neoErr.Code, "OutOfMemory") || strings.Contains(neoErr.Code, "MemoryLimit"))
+}
+
 // failureClass is what a failed write transaction says about the batch.
 type failureClass int
 
@@ -51,6 +70,10 @@ func classify(err error) failureClass {
 	if errors.As(err, &dataErr) {
 		return classData
 	}
+	var large *tooLarge
+	if errors.As(err, &large) {
+		return classSuspect
+	}
 	var authErr *neo4j.InvalidAuthenticationError
 	if errors.As(err, &authErr) {
 		return classBroken
@@ -59,6 +82,8 @@ func classify(err error) failureClass {
 	if errors.As(err, &neoErr) {
 		code := neoErr.Code
 		switch {
+		case outOfMemory(neoErr):
+			return classSuspect // at commit, say: the batch needs more memory than Neo4j may give
 		case neoErr.IsRetriable() || strings.HasPrefix(code, "Neo.TransientError."):
 			return classUnavailable
 		case code == "Neo.ClientError.Statement.SyntaxError", code == "Neo.ClientError.Statement.ParameterMissing",
@@ -76,6 +101,9 @@ func classify(err error) failureClass {
 		return classSuspect
 	}
 	var limitErr *neo4j.TransactionExecutionLimit
+	if errors.As(err, &limitErr) && len(limitErr.Errors) > 0 && outOfMemory(limitErr.Errors[len(limitErr.Errors)-1]) {
+		return classSuspect // retried until the driver's limit, out of memory each time
+	}
 	var connErr *neo4j.ConnectivityError
 	if errors.As(err, &limitErr) || errors.As(err, &connErr) || errors.Is(err, context.Canceled) ||
 		errors.Is(err, context.DeadlineExceeded) || neo4j.IsRetryable(err) {
@@ -115,7 +143,7 @@ func (p *Projector) apply(ctx context.Context, items []*item, ahead *lookAhead) 
 	_, err := session.ExecuteWrite(ctx, func(tx neo4j.ManagedTransaction) (any, error) {
 		graph, current, err := readOwners(ctx, tx, ownersQuery, params)
 		if err != nil {
-			return nil, err
+			return nil, notRetriedIfTooLarge(err)
 		}
 		if ahead != nil {
 			graph, current = ahead.merge(graph, current)
@@ -123,7 +151,7 @@ func (p *Projector) apply(ctx context.Context, items []*item, ahead *lookAhead) 
 		accepted, refused := newAdmission(model, graph).admit(items)
 		for _, stmt := range p.builder.StatementsOf(statementRows(accepted), current) {
 			if err := runStatement(ctx, tx, stmt); err != nil {
-				return nil, err
+				return nil, notRetriedIfTooLarge(err)
 			}
 		}
 		rejected = refused
@@ -133,6 +161,16 @@ func (p *Projector) apply(ctx context.Context, items []*item, ahead *lookAhead) 
 		return nil, err
 	}
 	return rejected, nil
+}
+
+// notRetriedIfTooLarge turns Neo4j's out-of-memory answer into tooLarge,
+// which the driver does not retry: retried as it stands, the batch would
+// fail the same way until the driver's retry time ran out.
+func notRetriedIfTooLarge(err error) error {
+	if outOfMemory(err) {
+		return &tooLarge{err}
+	}
+	return err
 }
 
 // closeSession returns a session's connection to the pool even when the
