@@ -101,9 +101,14 @@ func NotifyTriggerEnable(ctx context.Context, pool *pgxpool.Pool, channel string
 		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, notifyDDLLockTimeout); err != nil {
 			return err
 		}
-		// A trigger's argument is DDL text, never a parameter: channel is a
-		// checked identifier, written as a string literal.
-		_, err := tx.Exec(ctx, `CREATE OR REPLACE TRIGGER graphsync_outbox_notify
+		// Dropped and made again in one transaction (CREATE OR REPLACE
+		// TRIGGER needs PostgreSQL 14). A trigger's argument is DDL text,
+		// never a parameter: channel is a checked identifier, written as a
+		// string literal.
+		if _, err := tx.Exec(ctx, `DROP TRIGGER IF EXISTS graphsync_outbox_notify ON outbox_messages`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `CREATE TRIGGER graphsync_outbox_notify
 			AFTER INSERT ON outbox_messages FOR EACH STATEMENT EXECUTE FUNCTION graphsync_outbox_notify('`+channel+`')`)
 		return err
 	})

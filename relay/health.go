@@ -18,8 +18,22 @@ type health struct {
 func (h *health) sinkBroken(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.broken = clip(redactLog(err.Error()), 300)
+	h.broken = brokenReason(err)
 	h.metrics.sinkBrokenGauge.Set(1)
+}
+
+// statusCode finds a Neo4j status code in an error's text.
+var statusCode = regexp.MustCompile(`\bNeo\.(ClientError|TransientError|DatabaseError)\.[A-Za-z]+\.[A-Za-z]+\b`)
+
+// brokenReason is what /readyz says of a broken sink: the server's status
+// code, which names the kind of problem. The message stays in the log: it
+// may name a user and its roles, a database or parts of a statement, and
+// /readyz answers anyone who can reach it.
+func brokenReason(err error) string {
+	if code := statusCode.FindString(err.Error()); code != "" {
+		return code + " (the log has the message)"
+	}
+	return "see the log for the sink's error"
 }
 
 func (h *health) sinkWorks() {

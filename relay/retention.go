@@ -26,6 +26,27 @@ type RetentionConfig struct {
 	MonthsAhead int
 }
 
+// Validate refuses settings that would remove what they should keep: a
+// negative age moves or drops everything at once, and an archive kept for
+// less time than rows stay in the outbox drops history as soon as it is
+// archived. Zero means the default. The names are the command's flags.
+func (c RetentionConfig) Validate() error {
+	switch {
+	case c.ArchiveAfter < 0:
+		return fmt.Errorf("--archive-after must not be negative, got %s", c.ArchiveAfter)
+	case c.KeepArchive < 0:
+		return fmt.Errorf("--keep-archive must not be negative, got %s", c.KeepArchive)
+	case c.ArchiveBatch < 0:
+		return fmt.Errorf("--archive-batch must not be negative, got %d", c.ArchiveBatch)
+	case c.MonthsAhead < 0:
+		return fmt.Errorf("--months-ahead must not be negative, got %d", c.MonthsAhead)
+	}
+	if d := c.withDefaults(); d.KeepArchive < d.ArchiveAfter {
+		return fmt.Errorf("--keep-archive (%s) must be at least --archive-after (%s): the archive would drop rows as soon as it takes them", d.KeepArchive, d.ArchiveAfter)
+	}
+	return nil
+}
+
 func (c RetentionConfig) withDefaults() RetentionConfig {
 	if c.ArchiveAfter == 0 {
 		c.ArchiveAfter = 7 * 24 * time.Hour
@@ -62,8 +83,11 @@ const StaleLeaseAge = time.Hour
 // leases that ran out long ago. Each step is idempotent, and one that fails
 // does not keep the others from running.
 func Retain(ctx context.Context, pool *pgxpool.Pool, cfg RetentionConfig) (RetentionReport, error) {
-	cfg = cfg.withDefaults()
 	var report RetentionReport
+	if err := cfg.Validate(); err != nil {
+		return report, err
+	}
+	cfg = cfg.withDefaults()
 	// A month whose partition cannot be created (its rows already sit in the
 	// default partition, say) must not stop the archiving: rows without a
 	// partition land in the default one, and the outbox stays bounded.

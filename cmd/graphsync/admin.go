@@ -91,6 +91,9 @@ func runRetention(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := cfg.Validate(); err != nil {
+		return usageError{err.Error()}
+	}
 	return conn.withPostgres(ctx, func(pool *pgxpool.Pool) error {
 		report, err := relay.Retain(ctx, pool, cfg)
 		fmt.Printf("retention: archived %d rows; partitions created %v; dropped %v\n",

@@ -5,6 +5,9 @@ import (
 	"flag"
 	"strings"
 	"testing"
+	"time"
+
+	"graphsync/relay"
 )
 
 func TestRedactURL(t *testing.T) {
@@ -61,6 +64,37 @@ func TestUnknownCommandAndWake(t *testing.T) {
 	}
 	if code := run([]string{"sync", "--wake", "pigeon", "--pg-url", "postgres://x@127.0.0.1:1/x"}); code != 2 {
 		t.Errorf("unknown wake mode exit %d, want 2", code)
+	}
+}
+
+// Retention settings that would remove what they should keep stop the
+// command before it connects (the URL names a port nothing listens on),
+// with exit 2 and the flag named.
+func TestRetentionSettingsAreValidated(t *testing.T) {
+	pg := "postgres://x@127.0.0.1:1/x"
+	for _, args := range [][]string{
+		{"retention", "--keep-archive", "-24h", "--pg-url", pg},
+		{"retention", "--archive-after", "-1h", "--pg-url", pg},
+		{"retention", "--keep-archive", "24h", "--pg-url", pg},
+		{"retention", "--archive-batch", "-1", "--pg-url", pg},
+		{"sync", "--keep-archive", "-24h", "--pg-url", pg},
+		{"sync", "--retention-every", "-1h", "--pg-url", pg},
+	} {
+		if code := run(args); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+	for cfg, flag := range map[relay.RetentionConfig]string{
+		{KeepArchive: -time.Hour}:                              "--keep-archive must not be negative",
+		{ArchiveAfter: 48 * time.Hour, KeepArchive: time.Hour}: "--keep-archive (1h0m0s) must be at least --archive-after (48h0m0s)",
+		{KeepArchive: 24 * time.Hour}:                          "--keep-archive (24h0m0s) must be at least --archive-after (168h0m0s)",
+	} {
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%+v: %v, want %q", cfg, err, flag)
+		}
+	}
+	if err := (relay.RetentionConfig{}).Validate(); err != nil {
+		t.Errorf("the defaults: %v", err)
 	}
 }
 

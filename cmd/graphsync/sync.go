@@ -33,6 +33,7 @@ type syncFlags struct {
 	wake           string
 	httpAddr       string
 	retentionEvery time.Duration
+	retention      relay.RetentionConfig
 	untilCaughtUp  bool
 	driftEvery     time.Duration
 	driftSample    float64
@@ -63,6 +64,8 @@ func (f *syncFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.relay.Slot, "slot", "graphsync_outbox", "stream mode's replication slot")
 	fs.StringVar(&f.relay.Publication, "publication", "graphsync_outbox", "stream mode's publication")
 	fs.DurationVar(&f.retentionEvery, "retention-every", time.Hour, "run the archive and partition job this often; 0 disables")
+	fs.DurationVar(&f.retention.ArchiveAfter, "archive-after", 7*24*time.Hour, "retention: move processed rows older than this to the archive (as graphsync retention)")
+	fs.DurationVar(&f.retention.KeepArchive, "keep-archive", 90*24*time.Hour, "retention: drop archive partitions wholly older than this (as graphsync retention); replay needs the history it keeps")
 	fs.DurationVar(&f.driftEvery, "drift-check-every", 0, "run a sampled drift check this often and export graphsync_drift gauges; 0 disables")
 	fs.Float64Var(&f.driftSample, "drift-sample", 0.1, "share of keys the periodic drift check compares, in (0, 1]")
 	fs.BoolVar(&f.untilCaughtUp, "until-caught-up", false, "exit 0 once every event that can flow has been applied (for demos and batch runs)")
@@ -84,6 +87,12 @@ func runSync(ctx context.Context, args []string) error {
 		return usageError{err.Error()}
 	}
 	f.relay.Wake = wake
+	if err := f.retention.Validate(); err != nil {
+		return usageError{err.Error()}
+	}
+	if f.retentionEvery < 0 || f.driftEvery < 0 {
+		return usageError{fmt.Sprintf("--retention-every and --drift-check-every must not be negative (0 disables), got %s and %s", f.retentionEvery, f.driftEvery)}
+	}
 	log, err := f.conn.logger()
 	if err != nil {
 		return err
@@ -203,7 +212,7 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
 	}
 	if f.retentionEvery > 0 {
 		tasks.Go(func(context.Context) error {
-			retainEvery(runCtx, pgPool, f.retentionEvery, log.Named("retention"))
+			retainEvery(runCtx, pgPool, f.retentionEvery, f.retention, log.Named("retention"))
 			return nil
 		})
 	}
@@ -245,11 +254,11 @@ func waitCaughtUp(ctx context.Context, pgPool *pgxpool.Pool, log *zap.Logger) {
 	}
 }
 
-func retainEvery(ctx context.Context, pgPool *pgxpool.Pool, every time.Duration, log *zap.Logger) {
+func retainEvery(ctx context.Context, pgPool *pgxpool.Pool, every time.Duration, cfg relay.RetentionConfig, log *zap.Logger) {
 	ticker := time.NewTicker(every)
 	defer ticker.Stop()
 	for {
-		report, err := relay.Retain(ctx, pgPool, relay.RetentionConfig{})
+		report, err := relay.Retain(ctx, pgPool, cfg)
 		if err != nil && ctx.Err() == nil {
 			log.Warn("retention run failed", zap.Error(err))
 		} else if report.Archived > 0 || len(report.PartitionsCreated) > 0 || len(report.PartitionsDropped) > 0 || report.LeasesRemoved > 0 {
