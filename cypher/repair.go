@@ -34,7 +34,20 @@ func RepairNodeText(m graphmodel.Model, label string) (string, error) {
 	fmt.Fprintf(&b, "ON CREATE SET n.%s = row.version, n.%s = 0\n", graphmodel.PropVersion, graphmodel.PropOutboxID)
 	b.WriteString(lockNode("n"))
 	fmt.Fprintf(&b, "WITH n, row\nWHERE coalesce(n.%s, 0) <= row.version OR n.%s = row.seen\n", graphmodel.PropVersion, graphmodel.PropVersion)
-	sets := []string{fmt.Sprintf("n.%s = row.version", graphmodel.PropVersion)}
+	var sets []string
+	if l.Role == graphmodel.RoleAggregate {
+		// A state of another version than the node's is the rows', not an
+		// event's: no event's outbox id may claim it. A Single
+		// relationship's statements act only for the event whose outbox id
+		// the node holds, so a replay of the event that wrote the node
+		// before would otherwise move the edge back. At the same version the
+		// rows and that event say the same, and the node keeps its id. (A
+		// reference node always keeps its outbox id: its guard is that id.)
+		// Listed first: it reads the version the next item sets.
+		sets = append(sets, fmt.Sprintf("n.%[1]s = CASE WHEN coalesce(n.%[2]s, 0) <> row.version THEN 0 ELSE n.%[1]s END",
+			graphmodel.PropOutboxID, graphmodel.PropVersion))
+	}
+	sets = append(sets, fmt.Sprintf("n.%s = row.version", graphmodel.PropVersion))
 	for _, p := range l.Properties {
 		sets = append(sets, fmt.Sprintf("n.%s = row.props.%s", p.Key, p.Key))
 	}

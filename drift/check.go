@@ -197,7 +197,7 @@ func (r *run) firstPass(ctx context.Context, tx pgx.Tx, tenant int64) error {
 			}
 			id := idOf(exp, got)
 			if findings := compareNode(r.model, tenant, label, exp, got); len(findings) > 0 {
-				if p, ok := pending.explains(label.Name, id); ok {
+				if p, ok := pending.explains(label.Name, id); ok && !anyStanding(findings) {
 					r.report.explain(tenant, label.Name, id, p, findings)
 					continue
 				}
@@ -206,6 +206,33 @@ func (r *run) firstPass(ctx context.Context, tx pgx.Tx, tenant int64) error {
 		}
 	}
 	return r.checkTombstonesAndTenant(ctx, tx, tenant, anyRows, pending)
+}
+
+// standing reports whether a finding stands whatever the outbox holds: no
+// event writes personal data, a property outside the allowlist or an edge
+// between tenants, so pending or dead-lettered events of the aggregate
+// cannot explain it (only differences an event would change can be).
+func standing(f Finding) bool {
+	switch f.Kind {
+	case MissingNode, OrphanNode, StaleNode, MissingRelationship, ExtraRelationship, ChangedRelationship:
+		return false
+	}
+	return true
+}
+
+func anyStanding(findings []Finding) bool { return slices.ContainsFunc(findings, standing) }
+
+// splitStanding separates the findings pending events may explain from
+// those that stand.
+func splitStanding(findings []Finding) (explained, stands []Finding) {
+	for _, f := range findings {
+		if standing(f) {
+			stands = append(stands, f)
+		} else {
+			explained = append(explained, f)
+		}
+	}
+	return explained, stands
 }
 
 func idOf(exp, got *node) int64 {
@@ -341,7 +368,11 @@ func (r *run) secondLookBatch(ctx context.Context, batch []suspect) error {
 		c1, ok1 := p1.explains(s.label, s.id)
 		c2, ok2 := p2.explains(s.label, s.id)
 		if ok1 || ok2 {
-			r.report.explain(s.tenant, s.label, s.id, pendingCount{max(c1.pending, c2.pending), max(c1.dlq, c2.dlq)}, found[i])
+			explained, standing := splitStanding(found[i])
+			if len(explained) > 0 {
+				r.report.explain(s.tenant, s.label, s.id, pendingCount{max(c1.pending, c2.pending), max(c1.dlq, c2.dlq)}, explained)
+			}
+			r.findings = append(r.findings, standing...)
 			continue
 		}
 		r.findings = append(r.findings, found[i]...)

@@ -463,3 +463,42 @@ func TestRepairOfAnUnknownTenantKeepsForeignLabels(t *testing.T) {
 		t.Errorf("nodes of the unknown tenant after the repair: %v, want only the Chunk", left)
 	}
 }
+
+// Pending or dead-lettered events explain differences an event would
+// change, never personal data: no event writes an e-mail address into a
+// customer. One dead-lettered Order event of the tenant (which writes
+// Customer nodes) leaves a planted e-mail a finding, and --repair removes it.
+func TestOutboxRowsDoNotExplainPersonalData(t *testing.T) {
+	pool, driver := stack(t)
+	tenants := writeWorkload(t, pool, workload.Config{Seed: 11, Tenants: 1, Orders: 6, DeleteEvery: -1})
+	cleanGraph(t, driver, tenants)
+	startSync(t, pool, driver, "sync-explained")
+	waitCaughtUp(t, pool)
+	a := tenants[0]
+	orders := ids(t, pool, `SELECT id FROM sales_orders WHERE tenant_id = $1 ORDER BY id`, a)
+	customer := ids(t, pool, `SELECT customer_id FROM sales_orders WHERE id = $1`, orders[0])[0]
+	if _, err := pool.Exec(context.Background(), `INSERT INTO outbox_messages_dlq (id, tenant_id, aggregate_type, aggregate_id, event_type, payload, last_error)
+		VALUES (9000000000000 + $2, $1, 'Order', $2, 'OrderConfirmed', '{}', 'planted')`, a, orders[len(orders)-1]); err != nil {
+		t.Fatal(err)
+	}
+	cypherExec(t, driver, `MATCH (c:Customer {tenant_id: $t, id: $id}) SET c.email = 'explained.planted@example.org'`,
+		map[string]any{"t": a, "id": customer})
+	report := check(t, pool, driver, a, false)
+	found := false
+	for _, f := range report.Examples[PersonalData] {
+		found = found || (f.Label == "Customer" && f.ID == customer)
+	}
+	if !found || report.DriftTotal == 0 {
+		t.Fatalf("the e-mail on customer %d beside a dead-lettered order event: drift %d, personal data %v; want it found",
+			customer, report.DriftTotal, report.Examples[PersonalData])
+	}
+	check(t, pool, driver, a, true)
+	res, err := neo4j.ExecuteQuery(context.Background(), driver, `MATCH (c:Customer {tenant_id: $t, id: $id}) RETURN c.email AS email`,
+		map[string]any{"t": a, "id": customer}, neo4j.EagerResultTransformer)
+	if err != nil || len(res.Records) != 1 {
+		t.Fatalf("customer %d after the repair: %v", customer, err)
+	}
+	if email, _ := res.Records[0].Get("email"); email != nil {
+		t.Errorf("customer %d still holds %v after --repair", customer, email)
+	}
+}

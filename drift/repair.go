@@ -1,8 +1,10 @@
 package drift
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
@@ -238,12 +240,17 @@ func projectionStatements(model graphmodel.Model, nodes []*node, rebuildBelow in
 			" {tenant_id: row.tenant_id, id: row.tenant_id})\nRETURN count(t) AS applied", map[string]any{"rows": rows}})
 	}
 	// Labels in model order: reference nodes before the aggregates that
-	// point at them, all nodes before any relationship.
+	// point at them, all nodes before any relationship. Each label's rows in
+	// key order, as sync's (cypher.lockNode): every writer then locks shared
+	// nodes in one order, and a chunk waits for sync instead of deadlocking.
 	for _, l := range model.Labels {
 		rows := nodeRows[l.Name]
 		if len(rows) == 0 {
 			continue
 		}
+		slices.SortFunc(rows, func(x, y map[string]any) int {
+			return cmp.Or(cmp.Compare(x["tenant_id"].(int64), y["tenant_id"].(int64)), cmp.Compare(x["id"].(int64), y["id"].(int64)))
+		})
 		text, err := cypher.RepairNodeText(model, l.Name)
 		if rebuildBelow > 0 && l.Role == graphmodel.RoleReference {
 			text, err = cypher.RebuildReferenceText(model, l.Name)
