@@ -102,6 +102,12 @@ func TestOutOfMemoryIsNoOutage(t *testing.T) {
 	if rejected, err := p.Deliver(context.Background(), batch[:4]); err != nil || len(rejected) > 0 {
 		t.Fatalf("Deliver of half the batch = %v, %v; want it applied", rejected, err)
 	}
+	// One event Neo4j has no memory for: Neo4j is short of memory (other
+	// load), not the event at fault; it must not be counted towards the DLQ.
+	p.applyBatch = func(context.Context, []*item, *lookAhead) (map[int64]error, error) { return nil, &tooLarge{oom} }
+	if _, err := p.Deliver(context.Background(), batch[:1]); !errors.Is(err, relay.ErrSinkUnavailable) {
+		t.Fatalf("Deliver of one event Neo4j has no memory for = %v; want Neo4j unavailable (uncounted)", err)
+	}
 }
 
 func TestClassify(t *testing.T) {

@@ -24,9 +24,12 @@ func (e *dataError) Error() string { return e.err.Error() }
 func (e *dataError) Unwrap() error { return e.err }
 
 // tooLarge is Neo4j running out of memory for a transaction. Neo4j calls it
-// transient, but the same batch fails the same way however often it is
+// transient, but a large batch fails the same way however often it is
 // retried: it is suspect (the relay retries it in smaller batches), and it
-// does not unwrap, so that the driver does not retry it as it stands.
+// does not unwrap, so that the driver does not retry it as it stands. A
+// single event that fails so is Neo4j short of memory (other load holds
+// the server's pool or heap): unavailable, never counted against the event
+// (DeliverPrepared).
 type tooLarge struct{ err error }
 
 func (e *tooLarge) Error() string {
@@ -70,8 +73,7 @@ func classify(err error) failureClass {
 	if errors.As(err, &dataErr) {
 		return classData
 	}
-	var large *tooLarge
-	if errors.As(err, &large) {
+	if memoryShort(err) {
 		return classSuspect
 	}
 	var authErr *neo4j.InvalidAuthenticationError
@@ -82,8 +84,6 @@ func classify(err error) failureClass {
 	if errors.As(err, &neoErr) {
 		code := neoErr.Code
 		switch {
-		case outOfMemory(neoErr):
-			return classSuspect // at commit, say: the batch needs more memory than Neo4j may give
 		case neoErr.IsRetriable() || strings.HasPrefix(code, "Neo.TransientError."):
 			return classUnavailable
 		case code == "Neo.ClientError.Statement.SyntaxError", code == "Neo.ClientError.Statement.ParameterMissing",
@@ -101,9 +101,6 @@ func classify(err error) failureClass {
 		return classSuspect
 	}
 	var limitErr *neo4j.TransactionExecutionLimit
-	if errors.As(err, &limitErr) && len(limitErr.Errors) > 0 && outOfMemory(limitErr.Errors[len(limitErr.Errors)-1]) {
-		return classSuspect // retried until the driver's limit, out of memory each time
-	}
 	var connErr *neo4j.ConnectivityError
 	if errors.As(err, &limitErr) || errors.As(err, &connErr) || errors.Is(err, context.Canceled) ||
 		errors.Is(err, context.DeadlineExceeded) || neo4j.IsRetryable(err) {
@@ -161,6 +158,18 @@ func (p *Projector) apply(ctx context.Context, items []*item, ahead *lookAhead) 
 		return nil, err
 	}
 	return rejected, nil
+}
+
+// memoryShort reports whether a failed transaction ran out of Neo4j's
+// memory: in the transaction (tooLarge), at commit, or on every try until
+// the driver's retry time ran out.
+func memoryShort(err error) bool {
+	var large *tooLarge
+	if errors.As(err, &large) || outOfMemory(err) {
+		return true
+	}
+	var limitErr *neo4j.TransactionExecutionLimit
+	return errors.As(err, &limitErr) && len(limitErr.Errors) > 0 && outOfMemory(limitErr.Errors[len(limitErr.Errors)-1])
 }
 
 // notRetriedIfTooLarge turns Neo4j's out-of-memory answer into tooLarge,

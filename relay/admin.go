@@ -83,15 +83,16 @@ func NotifyTriggerEnable(ctx context.Context, pool *pgxpool.Pool, channel string
 		return fmt.Errorf("notify channel %q: use lower-case letters, digits and underscores (at most 63)", channel)
 	}
 	// Every start of a notify-mode relay calls this. Creating the trigger
-	// locks outbox_messages against inserts, and waits for every open
-	// transaction that wrote to it while every new producer insert queues
-	// behind the wait: so the trigger is created only when it is missing or
-	// names another channel, and then gives up after notifyDDLLockTimeout.
+	// locks outbox_messages against inserts (on PostgreSQL 13 against reads
+	// too), and waits for every open transaction that holds a conflicting
+	// lock while every new producer insert queues behind the wait: so the
+	// trigger is created only when it is missing or names another channel,
+	// and then gives up after notifyDDLLockTimeout.
 	var installed bool
 	if err := pool.QueryRow(ctx, `SELECT EXISTS (
 		SELECT 1 FROM pg_trigger
 		WHERE tgrelid = 'outbox_messages'::regclass AND tgname = 'graphsync_outbox_notify'
-		  AND tgenabled <> 'D' AND tgargs = convert_to($1, 'UTF8') || '\x00'::bytea)`, channel).Scan(&installed); err != nil {
+		  AND tgenabled IN ('O', 'A') AND tgargs = convert_to($1, 'UTF8') || '\x00'::bytea)`, channel).Scan(&installed); err != nil {
 		return fmt.Errorf("read the notify trigger on outbox_messages: %w", err)
 	}
 	if installed {
@@ -101,14 +102,22 @@ func NotifyTriggerEnable(ctx context.Context, pool *pgxpool.Pool, channel string
 		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, notifyDDLLockTimeout); err != nil {
 			return err
 		}
-		// Dropped and made again in one transaction (CREATE OR REPLACE
-		// TRIGGER needs PostgreSQL 14). A trigger's argument is DDL text,
-		// never a parameter: channel is a checked identifier, written as a
-		// string literal.
-		if _, err := tx.Exec(ctx, `DROP TRIGGER IF EXISTS graphsync_outbox_notify ON outbox_messages`); err != nil {
+		// CREATE OR REPLACE TRIGGER locks out writers only; PostgreSQL 13
+		// has no such statement, and DROP TRIGGER locks out readers too.
+		// A trigger's argument is DDL text, never a parameter: channel is a
+		// checked identifier, written as a string literal.
+		var replace bool
+		if err := tx.QueryRow(ctx, `SELECT current_setting('server_version_num')::int >= 140000`).Scan(&replace); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `CREATE TRIGGER graphsync_outbox_notify
+		create := "CREATE OR REPLACE TRIGGER"
+		if !replace {
+			if _, err := tx.Exec(ctx, `DROP TRIGGER IF EXISTS graphsync_outbox_notify ON outbox_messages`); err != nil {
+				return err
+			}
+			create = "CREATE TRIGGER"
+		}
+		_, err := tx.Exec(ctx, create+` graphsync_outbox_notify
 			AFTER INSERT ON outbox_messages FOR EACH STATEMENT EXECUTE FUNCTION graphsync_outbox_notify('`+channel+`')`)
 		return err
 	})

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -312,8 +313,15 @@ func TestNotifyTriggerWaitsForNoOpenProducer(t *testing.T) {
 	if waited := time.Since(started); waited > 20*time.Second {
 		t.Errorf("gave up after %s, want about 5s", waited)
 	}
-	// The others' inserts went on once it gave up.
-	h.insertCommitted(event{2, "Order", 2, "OrderPlaced", `{}`})
+	// The others' inserts go on once it gave up.
+	bounded, cancelInsert := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelInsert()
+	if err := pgx.BeginFunc(bounded, h.pool, func(tx pgx.Tx) error {
+		_, err := insert(bounded, tx, event{2, "Order", 2, "OrderPlaced", `{}`})
+		return err
+	}); err != nil {
+		t.Fatalf("a producer's insert after the trigger gave up: %v", err)
+	}
 }
 
 // Two processes creating next month's archive partition at once: both

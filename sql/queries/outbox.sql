@@ -19,14 +19,15 @@ SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true);
 -- each row costs one backward probe of the pending-only aggregate index (its
 -- predecessor) and one primary-key probe of outbox_aggregate_leases, however
 -- many events its aggregate has pending and however large the backlog
--- (docs/adr/0012).
+-- (docs/adr/0012). The one exception: rows behind a failed event, which the
+-- window reads past (one probe of the holds' index each) until the retry.
 
 -- name: OutboxClaimPollWindow
 -- $1 batch size: the first due, unleased pending rows in id order, locked
 -- (SKIP LOCKED) until the claim commits, of aggregates not held back after
 -- a failure (see OutboxRecordFailure), so that rows waiting behind a failed
--- event never fill the window ahead of other aggregates' rows. One
--- primary-key probe a row. Rows of aggregates in flight stay in the window
+-- event never fill the window ahead of other aggregates' rows. One probe
+-- of the holds' partial index (migration 0009) a row. Rows of aggregates in flight stay in the window
 -- (the tail holds them back): skipping them here would walk every pending
 -- row of hot aggregates while they are in delivery, and they are due as
 -- soon as their batch settles. suspect: the row's last lease ran out
