@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -336,6 +337,38 @@ func TestIssue12PartlyAppliedBatch(t *testing.T) {
 	if n := h.count(`SELECT count(*) FROM outbox_messages_dlq`); n != 0 {
 		t.Errorf("%d rows dead-lettered", n)
 	}
+}
+
+// A sink that applied part of a batch and then broke (the rest not applied
+// for a reason that needs someone to act) is reported broken, not healthy
+// for the part it applied; it is healthy again once a batch goes through.
+func TestPartlyAppliedBatchOfABrokenSinkReportsItBroken(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	for i := range 8 {
+		h.insertCommitted(event{1, "Order", int64(i), "OrderConfirmed", `{}`})
+	}
+	var broken atomic.Bool
+	broken.Store(true)
+	sink := SinkFunc(func(ctx context.Context, batch []Message) (map[int64]error, error) {
+		rejected := map[int64]error{}
+		for i, m := range batch {
+			if broken.Load() && i >= len(batch)/2 {
+				rejected[m.ID] = fmt.Errorf("%w: %w: Neo.ClientError.Security.Forbidden", ErrNotApplied, ErrSinkBroken)
+			}
+		}
+		return rejected, nil
+	})
+	cfg := h.config("relay-partial-broken")
+	cfg.SinkBackoffMax = 200 * time.Millisecond
+	r, _ := h.startRelay(sink, cfg)
+	eventually(t, 10*time.Second, "the relay reports the sink broken", func() bool {
+		health := r.Health()
+		return len(health) == 1 && strings.Contains(health[0], "Neo.ClientError.Security.Forbidden")
+	})
+	broken.Store(false)
+	eventually(t, 10*time.Second, "every row processed and the sink healthy again", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL`) == 0 && len(r.Health()) == 0
+	})
 }
 
 // Issue 12, point 8 ("a short claim must not end the drain") has a side

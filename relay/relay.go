@@ -538,6 +538,9 @@ func (r *worker) deliver(ctx context.Context, c claimed) (settlement, error) {
 	}
 	if notApplied != nil {
 		r.metrics.sinkErrors.Inc()
+		if errors.Is(notApplied, ErrSinkBroken) {
+			r.health.sinkBroken(notApplied) // what it applied first does not make it work
+		}
 		return st, fmt.Errorf("sink applied part of a batch of %d, then: %w", len(batch), notApplied)
 	}
 	return st, nil
@@ -600,7 +603,13 @@ func (r *worker) renewLease(ctx context.Context, holder string, ids []int64, agg
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-			if err := r.store.OutboxExtendLease(ctx, holder, ids, aggs); err != nil {
+			// Bounded: a renewal stuck on a connection that went silent (a
+			// failover) would hold the delivery, which waits for it, until
+			// TCP gave up, long after the lease ran out.
+			renewCtx, cancel := context.WithTimeout(ctx, r.cfg.Lease/3)
+			err := r.store.OutboxExtendLease(renewCtx, holder, ids, aggs)
+			cancel()
+			if err != nil {
 				r.log.Warn("could not renew lease", zap.String("error", redactLog(err.Error())))
 			}
 		}

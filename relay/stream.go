@@ -159,7 +159,7 @@ func (s *streamer) run(ctx context.Context) error {
 		} else if errors.Is(err, errStreamStalled) {
 			s.log.Warn("replication stream stalled behind undelivered transactions; reconnecting later", zap.Duration("backoff", wait))
 		} else {
-			s.log.Warn("replication stream stopped; reconnecting", zap.Error(err), zap.Duration("backoff", wait))
+			s.log.Warn("replication stream stopped; reconnecting", zap.String("error", redactLog(err.Error())), zap.Duration("backoff", wait))
 		}
 		if !sleepCtx(ctx, wait) {
 			return nil
@@ -324,7 +324,7 @@ func (s *streamer) stream(ctx context.Context, conn *pgconn.PgConn) error {
 				}
 				id, err := strconv.ParseInt(string(m.Tuple.Columns[idColumn].Data), 10, 64)
 				if err != nil {
-					s.log.Warn("replication: unreadable outbox id; the fallback poll will deliver the row", zap.Error(err))
+					s.log.Warn("replication: unreadable outbox id; the fallback poll will deliver the row", zap.String("error", redactLog(err.Error())))
 					continue
 				}
 				txIDs = append(txIDs, id)

@@ -118,7 +118,7 @@ func (w *waker) listen(ctx context.Context) error {
 			backoff.reset() // as the stream's: a good connection starts afresh
 		}
 		wait := backoff.next()
-		r.log.Warn("LISTEN connection lost; reconnecting", zap.Error(err), zap.Duration("backoff", wait))
+		r.log.Warn("LISTEN connection lost; reconnecting", zap.String("error", redactLog(err.Error())), zap.Duration("backoff", wait))
 		sleepCtx(ctx, wait)
 	}
 	return nil

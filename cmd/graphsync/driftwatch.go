@@ -56,7 +56,7 @@ func (w *driftWatch) run(ctx context.Context, pool *pgxpool.Pool, driver neo4j.D
 		}
 		checker, err := drift.New(pool, driver, drift.Config{Sample: share}, log)
 		if err != nil {
-			log.Error("drift check cannot run", zap.Error(err))
+			log.Error("drift check cannot run", zap.String("error", redactText(err.Error())))
 			return
 		}
 		report, err := checker.Run(ctx, false)

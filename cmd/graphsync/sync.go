@@ -134,7 +134,7 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
 	driver, err := f.conn.openNeo4j(ctx, false)
 	var unreachable errNeo4jUnreachable
 	if errors.As(err, &unreachable) {
-		log.Warn("starting without Neo4j; batches wait until it answers", zap.Error(err))
+		log.Warn("starting without Neo4j; batches wait until it answers", zap.String("error", redactText(err.Error())))
 	} else if err != nil {
 		return err
 	}
@@ -244,7 +244,7 @@ func waitCaughtUp(ctx context.Context, pgPool *pgxpool.Pool, log *zap.Logger) {
 		}
 		flowing, err := relay.PendingFlowing(ctx, pgPool)
 		if err != nil {
-			log.Warn("could not check progress", zap.Error(err))
+			log.Warn("could not check progress", zap.String("error", redactText(err.Error())))
 			continue
 		}
 		if !flowing {
@@ -260,7 +260,7 @@ func retainEvery(ctx context.Context, pgPool *pgxpool.Pool, every time.Duration,
 	for {
 		report, err := relay.Retain(ctx, pgPool, cfg)
 		if err != nil && ctx.Err() == nil {
-			log.Warn("retention run failed", zap.Error(err))
+			log.Warn("retention run failed", zap.String("error", redactText(err.Error())))
 		} else if report.Archived > 0 || len(report.PartitionsCreated) > 0 || len(report.PartitionsDropped) > 0 || report.LeasesRemoved > 0 {
 			log.Info("retention run", zap.Int64("archived", report.Archived),
 				zap.Strings("partitions_created", report.PartitionsCreated), zap.Strings("partitions_dropped", report.PartitionsDropped),
