@@ -49,6 +49,12 @@ func (h *harness) lsnAtLeast(lsn string) bool {
 	return ok
 }
 
+// walsenderPID is the process serving the slot's replication connection
+// (0: none): it changes when the relay reconnects.
+func (h *harness) walsenderPID() int64 {
+	return h.count(`SELECT coalesce(max(active_pid), 0) FROM pg_replication_slots WHERE slot_name = $1`, h.slot)
+}
+
 func (h *harness) currentLSN() string {
 	h.t.Helper()
 	var lsn string
@@ -177,9 +183,7 @@ func TestStreamLetsGoWhenStalled(t *testing.T) {
 	cfg := streamOnlyConfig(h, "relay-stall")
 	cfg.StreamStallTimeout = 500 * time.Millisecond
 	h.start(sink, cfg)
-	activePID := func() int64 {
-		return h.count(`SELECT coalesce(max(active_pid), 0) FROM pg_replication_slots WHERE slot_name = $1`, h.slot)
-	}
+	activePID := h.walsenderPID
 	eventually(t, 10*time.Second, "the stream connected", func() bool { return activePID() != 0 })
 	first := activePID()
 	id := h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`})
@@ -204,9 +208,7 @@ func TestStreamKeepsItsConnectionAfterAQuietSpell(t *testing.T) {
 	// -race beside others); the quiet spells below are twice as long.
 	cfg.StreamStallTimeout = 2 * time.Second
 	h.start(sink, cfg)
-	activePID := func() int64 {
-		return h.count(`SELECT coalesce(max(active_pid), 0) FROM pg_replication_slots WHERE slot_name = $1`, h.slot)
-	}
+	activePID := h.walsenderPID
 	eventually(t, 10*time.Second, "the stream connected", func() bool { return activePID() != 0 })
 	first := activePID()
 	for round := 0; round < 2; round++ {

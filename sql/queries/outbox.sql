@@ -27,11 +27,12 @@ SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true);
 -- (SKIP LOCKED) until the claim commits, of aggregates not held back after
 -- a failure (see OutboxRecordFailure), so that rows waiting behind a failed
 -- event never fill the window ahead of other aggregates' rows. One probe
--- of the holds' partial index (migration 0009) a row. Rows of aggregates in flight stay in the window
--- (the tail holds them back): skipping them here would walk every pending
--- row of hot aggregates while they are in delivery, and they are due as
--- soon as their batch settles. suspect: the row's last lease ran out
--- unanswered more than once (it may be what kills its relays).
+-- of the holds' partial index (migration 0009) a row. Rows of aggregates
+-- in flight stay in the window (the tail holds them back): skipping them
+-- here would walk every pending row of hot aggregates while they are in
+-- delivery, and they are due as soon as their batch settles. suspect: the
+-- row's last lease ran out unanswered more than once (it may be what kills
+-- its relays).
 WITH win AS (
   SELECT o.id, o.tenant_id, o.aggregate_type, o.aggregate_id,
          o.locked_until IS NOT NULL AND o.attempts >= 2 AS suspect
