@@ -119,8 +119,15 @@ func RemovePropertyText(label string) string {
 		label, graphmodel.KeyTenantID, graphmodel.KeyID)
 }
 
-// DeleteRelationshipsText deletes relationships by element id ($ids).
-const DeleteRelationshipsText = "UNWIND $ids AS eid\nMATCH ()-[r]->()\nWHERE elementId(r) = eid\nDELETE r\nRETURN count(*) AS applied"
+// MatchRelationshipText finds the relationships of rows {eid, type,
+// from_tenant, from_id, to_tenant, to_id} as r: by element id, which Neo4j
+// may give a new relationship once the one read was deleted, and only when
+// the type and both ends' keys are still the ones read.
+const MatchRelationshipText = "UNWIND $rows AS row\nMATCH (a)-[r]->(b)\nWHERE elementId(r) = row.eid AND type(r) = row.type\n" +
+	"  AND a.tenant_id = row.from_tenant AND a.id = row.from_id AND b.tenant_id = row.to_tenant AND b.id = row.to_id\n"
+
+// DeleteRelationshipsText deletes the relationships of MatchRelationshipText's rows.
+const DeleteRelationshipsText = MatchRelationshipText + "DELETE r\nRETURN count(*) AS applied"
 
 // RebuildReferenceText upserts reference nodes of label (a Category, a
 // Customer) for graphsync rebuild from rows {tenant_id, id, props, below}.

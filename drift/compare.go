@@ -103,7 +103,7 @@ func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 	for _, r := range got.rels {
 		if r.tenant != tenant || r.otherTenant != tenant {
 			add(CrossTenant, fmt.Sprintf("%s links tenant %d to tenant %d (relationship tenant_id %d)", relText(r, got.id), tenant, r.otherTenant, r.tenant),
-				&repairAction{deleteRel: r.elementID})
+				&repairAction{deleteRel: refOf(r, tenant, got.id)})
 			continue
 		}
 		rt, _ := model.Relationship(r.typ)
@@ -112,13 +112,13 @@ func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 		// not the edge the rows imply.
 		if end := otherEndLabel(rt, r.out); !slices.Contains(r.otherLabels, end) {
 			add(ExtraRelationship, fmt.Sprintf("%s ends at a node labelled %s, not %s", relText(r, got.id), labelsText(r.otherLabels), end),
-				&repairAction{deleteRel: r.elementID})
+				&repairAction{deleteRel: refOf(r, tenant, got.id)})
 			continue
 		}
 		k := r.key(model)
 		w, ok := want[k]
 		if !ok || seen[k] {
-			add(ExtraRelationship, relText(r, got.id)+" is not implied by the rows", &repairAction{deleteRel: r.elementID})
+			add(ExtraRelationship, relText(r, got.id)+" is not implied by the rows", &repairAction{deleteRel: refOf(r, tenant, got.id)})
 			continue
 		}
 		seen[k] = true
@@ -150,7 +150,7 @@ func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 		// projection's MERGE ... SET never touches, so it is removed by key.
 		sort.Strings(outside)
 		for _, name := range outside {
-			remove := &repairAction{removeRelProp: &relProp{elementID: r.elementID, key: name}}
+			remove := &repairAction{removeRelProp: &relProp{rel: refOf(r, tenant, got.id), key: name}}
 			if what := personalData(r.props[name]); what != "" {
 				add(PersonalData, fmt.Sprintf("%s: property %s holds %s", relText(r, got.id), name, what), remove)
 				continue

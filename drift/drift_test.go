@@ -502,3 +502,60 @@ func TestOutboxRowsDoNotExplainPersonalData(t *testing.T) {
 		t.Errorf("customer %d still holds %v after --repair", customer, email)
 	}
 }
+
+// A relationship's repair acts on the relationship drift read, not on
+// whatever now has its element id (Neo4j gives the id of a deleted
+// relationship to a new one, of any tenant): it checks the type and both
+// ends' keys too.
+func TestRelationshipRepairChecksMoreThanTheElementID(t *testing.T) {
+	pool, driver := stack(t)
+	tenant := 9_000_000_000 + time.Now().UnixNano()%1_000_000_000
+	cleanGraph(t, driver, []int64{tenant})
+	res, err := neo4j.ExecuteQuery(context.Background(), driver, `CREATE (o:Order {tenant_id: $t, id: 1})-[r:CONTAINS {tenant_id: $t, line_no: 1, note: 'x'}]->(p:Product {tenant_id: $t, id: 2})
+		RETURN elementId(r) AS eid`, map[string]any{"t": tenant}, neo4j.EagerResultTransformer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eid, _, _ := neo4j.GetRecordValue[string](res.Records[0], "eid")
+	c, err := New(pool, driver, Config{}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	repair := func(ref *relRef, prop bool) {
+		t.Helper()
+		a := &repairAction{deleteRel: ref}
+		if prop {
+			a = &repairAction{removeRelProp: &relProp{rel: ref, key: "note"}}
+		}
+		r := &run{c: c, model: *c.cfg.Model, findings: []Finding{{Kind: ExtraRelationship, TenantID: tenant, Label: "Order", ID: 1, repair: a}}}
+		if _, err := r.repair(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := func() string {
+		res, err := neo4j.ExecuteQuery(context.Background(), driver, `MATCH (:Order {tenant_id: $t})-[r:CONTAINS]->() RETURN count(r) AS n, collect(r.note) AS notes`,
+			map[string]any{"t": tenant}, neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "n")
+		notes, _, _ := neo4j.GetRecordValue[[]any](res.Records[0], "notes")
+		return fmt.Sprint(n, notes)
+	}
+	// The element id as read, but another relationship now: another end.
+	stranger := &relRef{elementID: eid, typ: "CONTAINS", fromTenant: tenant, fromID: 1, toTenant: tenant, toID: 3}
+	repair(stranger, true)
+	repair(stranger, false)
+	if got := state(); got != "1 [x]" {
+		t.Fatalf("after repairs of a relationship that has its element id but not its ends: %s, want it untouched (1 [x])", got)
+	}
+	same := &relRef{elementID: eid, typ: "CONTAINS", fromTenant: tenant, fromID: 1, toTenant: tenant, toID: 2}
+	repair(same, true)
+	if got := state(); got != "1 []" {
+		t.Errorf("after removing its property: %s, want 1 []", got)
+	}
+	repair(same, false)
+	if got := state(); got != "0 []" {
+		t.Errorf("after deleting it: %s, want 0 []", got)
+	}
+}

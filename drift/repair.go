@@ -20,8 +20,8 @@ type repairAction struct {
 	upsert *node
 	// deleteNode removes the node: no row backs it.
 	deleteNode bool
-	// deleteRel removes one relationship, by element id.
-	deleteRel string
+	// deleteRel removes one relationship.
+	deleteRel *relRef
 	// removeProp removes a property outside the allowlist.
 	removeProp string
 	// removeRelProp removes a relationship property outside the allowlist.
@@ -34,21 +34,47 @@ type repairAction struct {
 	deleteUntenanted string
 }
 
+// relRef names one relationship as drift read it: its element id, and its
+// type and ends' keys, which a repair checks too (cypher.MatchRelationshipText):
+// Neo4j may give the element id of a relationship deleted meanwhile to a new
+// one, of any tenant.
+type relRef struct {
+	elementID                          string
+	typ                                string
+	fromTenant, fromID, toTenant, toID int64
+}
+
+// refOf names r, a relationship of the node (tenant, id).
+func refOf(r relation, tenant, id int64) *relRef {
+	ref := &relRef{elementID: r.elementID, typ: r.typ, fromTenant: tenant, fromID: id, toTenant: r.otherTenant, toID: r.other}
+	if !r.out {
+		ref.fromTenant, ref.fromID, ref.toTenant, ref.toID = r.otherTenant, r.other, tenant, id
+	}
+	return ref
+}
+
+// row is the statement row of MatchRelationshipText.
+func (r *relRef) row() map[string]any {
+	return map[string]any{"eid": r.elementID, "type": r.typ, "from_tenant": r.fromTenant, "from_id": r.fromID,
+		"to_tenant": r.toTenant, "to_id": r.toID}
+}
+
 // relProp names one property of one relationship.
 type relProp struct {
-	elementID string
-	key       string
+	rel *relRef
+	key string
 }
 
 // removeRelPropsText removes one property from each relationship given as
-// rows {eid, key}: the key is a parameter, never text.
-const removeRelPropsText = "UNWIND $rows AS row\nMATCH ()-[r]->()\nWHERE elementId(r) = row.eid\nSET r[row.key] = null\nRETURN count(*) AS applied"
+// rows {eid, type, from_tenant, from_id, to_tenant, to_id, key}: the key is a
+// parameter, never text.
+const removeRelPropsText = cypher.MatchRelationshipText + "SET r[row.key] = null\nRETURN count(*) AS applied"
 
 // repair applies the repair of every final finding: removals first, then
 // re-projections, each kind in one statement per label or type. It writes
 // only to Neo4j, and only the model's labels and types.
 func (r *run) repair(ctx context.Context) ([]string, error) {
-	var relIDs []string
+	var relRows []map[string]any
 	removeProps := map[string][]map[string]any{}
 	var removeRelProps []map[string]any
 	deletes := map[string][]map[string]any{}
@@ -60,10 +86,12 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 		a := f.repair
 		switch {
 		case a == nil:
-		case a.deleteRel != "":
-			relIDs = append(relIDs, a.deleteRel)
+		case a.deleteRel != nil:
+			relRows = append(relRows, a.deleteRel.row())
 		case a.removeRelProp != nil:
-			removeRelProps = append(removeRelProps, map[string]any{"eid": a.removeRelProp.elementID, "key": a.removeRelProp.key})
+			row := a.removeRelProp.rel.row()
+			row["key"] = a.removeRelProp.key
+			removeRelProps = append(removeRelProps, row)
 		case a.removeProp != "":
 			removeProps[f.Label] = append(removeProps[f.Label], map[string]any{"tenant_id": f.TenantID, "id": f.ID, "key": a.removeProp})
 		case a.deleteNode:
@@ -92,8 +120,8 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 		changes = append(changes, fmt.Sprintf("%s: %d", what, n))
 		return nil
 	}
-	if len(relIDs) > 0 {
-		if err := write("removed extra and cross-tenant relationships", cypher.DeleteRelationshipsText, map[string]any{"ids": relIDs}); err != nil {
+	if len(relRows) > 0 {
+		if err := write("removed extra and cross-tenant relationships", cypher.DeleteRelationshipsText, map[string]any{"rows": relRows}); err != nil {
 			return changes, err
 		}
 	}
