@@ -335,20 +335,20 @@ func (s *rowSet) replace(key any, row map[string]any) {
 
 func (s *rowSet) params() map[string]any { return map[string]any{"rows": s.rows} }
 
-// byNodeKey sorts a set of node rows by (tenant id, id). The set's index is
-// not kept: call it once the set is complete.
+// byNodeKey sorts a set of node rows in key order (CompareNodeRows). The
+// set's index is not kept: call it once the set is complete.
 func (s *rowSet) byNodeKey() *rowSet {
-	key := func(row any) nodeKey {
-		r := row.(map[string]any)
-		return nodeKey{r[graphmodel.KeyTenantID].(int64), r[graphmodel.KeyID].(int64)}
-	}
-	slices.SortFunc(s.rows, func(a, b any) int {
-		ka, kb := key(a), key(b)
-		if c := cmp.Compare(ka.tenantID, kb.tenantID); c != 0 {
-			return c
-		}
-		return cmp.Compare(ka.id, kb.id)
-	})
+	slices.SortFunc(s.rows, func(a, b any) int { return CompareNodeRows(a.(map[string]any), b.(map[string]any)) })
 	s.index, s.guards = nil, nil
 	return s
+}
+
+// CompareNodeRows orders statement rows of one label's nodes by their key
+// (tenant id, id). Every writer of the graph (sync, drift's repair, the
+// rebuild) sends node rows in this order, so all transactions lock shared
+// nodes in one order and wait for each other instead of deadlocking (see
+// lockNode).
+func CompareNodeRows(a, b map[string]any) int {
+	return cmp.Or(cmp.Compare(a[graphmodel.KeyTenantID].(int64), b[graphmodel.KeyTenantID].(int64)),
+		cmp.Compare(a[graphmodel.KeyID].(int64), b[graphmodel.KeyID].(int64)))
 }

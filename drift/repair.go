@@ -1,7 +1,6 @@
 package drift
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -269,16 +268,14 @@ func projectionStatements(model graphmodel.Model, nodes []*node, rebuildBelow in
 	}
 	// Labels in model order: reference nodes before the aggregates that
 	// point at them, all nodes before any relationship. Each label's rows in
-	// key order, as sync's (cypher.lockNode): every writer then locks shared
+	// key order, as sync's (cypher.CompareNodeRows): every writer locks shared
 	// nodes in one order, and a chunk waits for sync instead of deadlocking.
 	for _, l := range model.Labels {
 		rows := nodeRows[l.Name]
 		if len(rows) == 0 {
 			continue
 		}
-		slices.SortFunc(rows, func(x, y map[string]any) int {
-			return cmp.Or(cmp.Compare(x["tenant_id"].(int64), y["tenant_id"].(int64)), cmp.Compare(x["id"].(int64), y["id"].(int64)))
-		})
+		slices.SortFunc(rows, cypher.CompareNodeRows)
 		text, err := cypher.RepairNodeText(model, l.Name)
 		if rebuildBelow > 0 && l.Role == graphmodel.RoleReference {
 			text, err = cypher.RebuildReferenceText(model, l.Name)
