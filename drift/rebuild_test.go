@@ -36,11 +36,11 @@ func TestSnapshotWatermarkKeepsNewerReferenceState(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var lastDrawn int64
-	if err := pool.QueryRow(ctx, gsql.Query("RebuildOutboxLastID")).Scan(&lastDrawn); err != nil {
-		t.Fatal(err)
-	}
-	// The renaming transaction is running when the rows are read.
+	// The renaming transaction is running when the rows are read, and it
+	// drew its event's id before others that committed before the read: so
+	// the highest id drawn before the read is above its event, and only the
+	// lookup of transactions running at the read can bring the watermark
+	// down to it.
 	rename, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -49,6 +49,18 @@ func TestSnapshotWatermarkKeepsNewerReferenceState(t *testing.T) {
 	var renameEvent int64
 	if err := rename.QueryRow(ctx, insertEvent, tenant).Scan(&renameEvent); err != nil {
 		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := pool.Exec(ctx, insertEvent, tenant); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lastDrawn int64
+	if err := pool.QueryRow(ctx, gsql.Query("RebuildOutboxLastID")).Scan(&lastDrawn); err != nil {
+		t.Fatal(err)
+	}
+	if lastDrawn <= renameEvent {
+		t.Fatalf("ids drawn before the read end at %d, want above the running transaction's event %d", lastDrawn, renameEvent)
 	}
 	var snapshot string
 	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
@@ -109,6 +121,9 @@ func TestSnapshotWatermarkKeepsNewerReferenceState(t *testing.T) {
 		name   string
 		outbox int64
 	}{{"New", renameEvent}, {"Renamed", r.below - 1}}
+	if len(res.Records) != len(want) {
+		t.Fatalf("%d categories, want %d", len(res.Records), len(want))
+	}
 	for i, rec := range res.Records {
 		name, _, _ := neo4j.GetRecordValue[string](rec, "name")
 		outbox, _, _ := neo4j.GetRecordValue[int64](rec, "outbox")
