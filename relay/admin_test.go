@@ -252,6 +252,7 @@ func TestConfigValidation(t *testing.T) {
 		"slot with SQL": {Slot: "x; DROP TABLE outbox_messages"},
 		"tiny lease":    {Lease: time.Millisecond},
 		"backoff order": {SinkBackoff: time.Minute, SinkBackoffMax: time.Second},
+		"wait order":    {DependencyWait: time.Minute, DependencyWaitMax: time.Second},
 		"negative":      {BatchSize: -1},
 	}
 	for name, cfg := range cases {
@@ -261,6 +262,9 @@ func TestConfigValidation(t *testing.T) {
 	}
 	if err := (Config{}).withDefaults().validate(); err != nil {
 		t.Errorf("defaults rejected: %v", err)
+	}
+	if err := (Config{DependencyWait: 2 * time.Minute}).withDefaults().validate(); err != nil {
+		t.Errorf("a dependency wait above the default maximum rejected: %v", err)
 	}
 	if _, err := ParseWakeMode("STREAM"); err != nil {
 		t.Error(err)
@@ -324,6 +328,46 @@ func TestOffsetReaderReadsArchiveAndRetriedRows(t *testing.T) {
 
 // A month whose partition cannot be created (its rows already sit in the
 // default partition) is reported, and the archiving still runs.
+// occurred_at is the producer's value. A processed row dated in year 1 must
+// not make the retention job create (and drop again) a partition per month
+// since then, and a pending row at infinity (the relay dead-letters it)
+// must not make the job or the gauges fail.
+func TestRetentionAndGaugesSurviveProducerDates(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	ctx := context.Background()
+	endless := h.insertCommitted(event{1, "Order", 3, "OrderPlaced", `{}`}) // the lowest pending id
+	ancient := h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`})
+	h.insertCommitted(event{1, "Order", 2, "OrderPlaced", `{}`})
+	if _, err := h.pool.Exec(ctx, `UPDATE outbox_messages SET processed_at = now(), occurred_at = '0001-01-01 00:00:00+00' WHERE id = $1`, ancient); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.pool.Exec(ctx, `UPDATE outbox_messages SET occurred_at = '-infinity' WHERE id = $1`, endless); err != nil {
+		t.Fatal(err)
+	}
+	report, err := Retain(ctx, h.pool, RetentionConfig{KeepArchive: 60 * 24 * time.Hour, MonthsAhead: 1})
+	if err != nil {
+		t.Fatalf("retention: %v", err)
+	}
+	// At most the months the archive keeps (60 days: three months touched),
+	// this one and one ahead.
+	if n := len(report.PartitionsCreated); n == 0 || n > 5 {
+		t.Errorf("partitions created %v, want the months the archive keeps up to one ahead", report.PartitionsCreated)
+	}
+	if n := h.count(`SELECT count(*) FROM pg_inherits WHERE inhparent = 'outbox_messages_archive'::regclass`); n > 6 {
+		t.Errorf("the archive has %d partitions", n)
+	}
+	if len(report.PartitionsDropped) != 0 {
+		t.Errorf("partitions dropped %v, want none", report.PartitionsDropped)
+	}
+	stats, err := ReadStats(ctx, h.pool)
+	if err != nil {
+		t.Fatalf("gauges with a pending row at -infinity: %v", err)
+	}
+	if stats.LagSeconds != 0 {
+		t.Errorf("lag %.0fs with the oldest pending row at -infinity, want 0 (no lag counted for it)", stats.LagSeconds)
+	}
+}
+
 func TestRetentionArchivesDespiteAPartitionItCannotCreate(t *testing.T) {
 	h := newHarness(t, WakePoll)
 	ctx := context.Background()

@@ -78,8 +78,13 @@ type Config struct {
 	DrainTimeout time.Duration
 	// DependencyWait is how long an event that waits for another
 	// aggregate's events (ErrDeferred) stays handed back before it is
-	// claimed again. Default: 1s.
+	// claimed again the first time. Default: 1s.
 	DependencyWait time.Duration
+	// DependencyWaitMax bounds the wait of an event deferred again and
+	// again: each deferral waits about as long as its aggregate has waited
+	// since the first (the wait doubles), from DependencyWait up to this.
+	// Default: 1m, or DependencyWait if that is longer.
+	DependencyWaitMax time.Duration
 	// NotifyChannel is the LISTEN channel of the notify mode, and the
 	// channel the trigger NotifyTriggerEnable installs notifies. A plain
 	// lower-case identifier. Default: graphsync_outbox.
@@ -143,6 +148,9 @@ func (c Config) withDefaults() Config {
 	if c.DependencyWait == 0 {
 		c.DependencyWait = time.Second
 	}
+	if c.DependencyWaitMax == 0 {
+		c.DependencyWaitMax = max(time.Minute, c.DependencyWait)
+	}
 	if c.NotifyChannel == "" {
 		c.NotifyChannel = "graphsync_outbox"
 	}
@@ -187,6 +195,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxAttempts > 32000 {
 		errs = append(errs, fmt.Errorf("relay max attempts %d does not fit outbox_messages.attempts (smallint)", c.MaxAttempts))
+	}
+	if c.DependencyWaitMax < c.DependencyWait {
+		errs = append(errs, fmt.Errorf("relay dependency wait max %s is below dependency wait %s", c.DependencyWaitMax, c.DependencyWait))
 	}
 	if c.SinkBackoffMax < c.SinkBackoff {
 		errs = append(errs, fmt.Errorf("relay sink backoff max %s is below sink backoff %s", c.SinkBackoffMax, c.SinkBackoff))

@@ -164,6 +164,74 @@ func TestDeferredEventIsNotAFailure(t *testing.T) {
 	}
 }
 
+// An event that keeps waiting for another aggregate's events is tried less
+// and less often: each deferral waits about as long as its aggregate has
+// waited so far, from DependencyWait up to DependencyWaitMax, so a product
+// that never comes does not send its orders to Neo4j every second. Other
+// aggregates of the same batches flow meanwhile, and once the event is
+// applied its aggregate's wait starts again from DependencyWait.
+func TestDeferredEventsBackOff(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	var ready atomic.Bool
+	var waitingID atomic.Int64
+	var mu sync.Mutex
+	var tries []time.Time
+	sink := newRecordingSink()
+	sink.reject = func(m Message) error {
+		if m.ID != waitingID.Load() || ready.Load() {
+			return nil
+		}
+		mu.Lock()
+		tries = append(tries, time.Now())
+		mu.Unlock()
+		return fmt.Errorf("product 9 is not in the graph yet: %w", ErrDeferred)
+	}
+	const wait, waitMax = 40 * time.Millisecond, 400 * time.Millisecond
+	cfg := h.config("relay-deferral-backoff")
+	cfg.PollInterval = 10 * time.Millisecond
+	cfg.DependencyWait, cfg.DependencyWaitMax = wait, waitMax
+	waitingID.Store(h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`}))
+	behind := h.insertCommitted(event{1, "Order", 1, "OrderConfirmed", `{}`})
+	var others []int64
+	for i := range 3 {
+		others = append(others, h.insertCommitted(event{2, "Order", int64(10 + i), "OrderPlaced", `{}`}))
+	}
+	h.start(sink, cfg) // one batch holds them all
+	eventually(t, 10*time.Second, "the other aggregates applied", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = ANY($1) AND processed_at IS NOT NULL`, others) == 3
+	})
+	eventually(t, 20*time.Second, "seven tries of the waiting event", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(tries) >= 7
+	})
+	// A wait never exceeds DependencyWaitMax.
+	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND available_at > now() + $2::interval`, waitingID.Load(), waitMax); n != 0 {
+		t.Errorf("the waiting event is due later than %s from now", waitMax)
+	}
+	mu.Lock()
+	var gaps []time.Duration
+	for i := 1; i < len(tries); i++ {
+		gaps = append(gaps, tries[i].Sub(tries[i-1]).Round(time.Millisecond))
+	}
+	mu.Unlock()
+	// Without backoff every gap is about DependencyWait plus a claim; with
+	// it the waits run 40, ~40, ~80, ~160, ~320, then 400 ms.
+	if last := gaps[len(gaps)-1]; last < 5*wait {
+		t.Errorf("gaps between tries of the waiting event %v: the last is %s, want at least %s (the wait doubles)", gaps, last, 5*wait)
+	}
+	ready.Store(true)
+	eventually(t, 10*time.Second, "the waiting event and the one behind it applied", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE id IN ($1, $2) AND processed_at IS NOT NULL`, waitingID.Load(), behind) == 2
+	})
+	if n := h.count(`SELECT count(*) FROM outbox_aggregate_leases WHERE tenant_id = 1 AND aggregate_id = 1`); n != 0 {
+		t.Errorf("the applied aggregate kept its lease row (and its time of first deferral)")
+	}
+	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE last_error IS NOT NULL OR attempts > 1`); n != 0 {
+		t.Errorf("%d rows carry a failure after only waiting", n)
+	}
+}
+
 func containsID(ms []Message, id int64) bool {
 	for _, m := range ms {
 		if m.ID == id {
@@ -334,7 +402,7 @@ func TestArchivePartitionCreationRace(t *testing.T) {
 	var g errgroup.Group
 	for range 4 {
 		g.Go(func() error {
-			names, err := ArchivePartitionsEnsure(context.Background(), h.pool, now, 1)
+			names, err := ArchivePartitionsEnsure(context.Background(), h.pool, now, 1, 90*24*time.Hour)
 			mu.Lock()
 			created = append(created, names...)
 			mu.Unlock()

@@ -312,8 +312,12 @@ func (r *worker) waitAfter(ctx context.Context, err error, backoff *backoff) {
 func (r *worker) awaitVisible(ctx context.Context, ids []int64) error {
 	wait := 500 * time.Microsecond
 	deadline := time.Now().Add(time.Second)
+	// The lookups are bounded too: a PostgreSQL that does not answer must
+	// not hold the stream's worker for ever.
+	qctx, cancel := context.WithDeadline(ctx, deadline.Add(time.Second))
+	defer cancel()
 	for {
-		unseen, err := r.store.OutboxNotVisible(ctx, ids)
+		unseen, err := r.store.OutboxNotVisible(qctx, ids)
 		if err != nil || len(unseen) == 0 {
 			return err
 		}

@@ -91,7 +91,7 @@ func Retain(ctx context.Context, pool *pgxpool.Pool, cfg RetentionConfig) (Reten
 	// A month whose partition cannot be created (its rows already sit in the
 	// default partition, say) must not stop the archiving: rows without a
 	// partition land in the default one, and the outbox stays bounded.
-	created, partitionErr := ArchivePartitionsEnsure(ctx, pool, time.Now(), cfg.MonthsAhead)
+	created, partitionErr := ArchivePartitionsEnsure(ctx, pool, time.Now(), cfg.MonthsAhead, cfg.KeepArchive)
 	report.PartitionsCreated = created
 	var archiveErr error
 	for {
@@ -117,10 +117,21 @@ func Retain(ctx context.Context, pool *pgxpool.Pool, cfg RetentionConfig) (Reten
 
 var partitionName = regexp.MustCompile(`^outbox_messages_archive_(\d{4})(\d{2})$`)
 
+// partitionDDLLockTimeout bounds how long the retention job's partition DDL
+// waits for a lock: a long reader of the archive (a rebuild's replay) must
+// not keep the job waiting, with every other archive reader and writer
+// queued behind the wait. The next run tries again.
+const partitionDDLLockTimeout = "5s"
+
 // ArchivePartitionsEnsure creates a month partition of the archive for every
 // month from the oldest row still in the outbox up to monthsAhead months
-// after now.
-func ArchivePartitionsEnsure(ctx context.Context, pool *pgxpool.Pool, now time.Time, monthsAhead int) ([]string, error) {
+// after now, but none for a month wholly older than keep (the archive keeps
+// nothing that old: ArchivePartitionsDrop would drop it in the same run).
+// occurred_at is the producer's value: a row dated in year 1, or at
+// infinity, must not make the job create (and drop) a table per month of
+// two thousand years. Rows older than that bound land in the default
+// partition.
+func ArchivePartitionsEnsure(ctx context.Context, pool *pgxpool.Pool, now time.Time, monthsAhead int, keep time.Duration) ([]string, error) {
 	existing, err := archivePartitions(ctx, pool)
 	if err != nil {
 		return nil, err
@@ -132,6 +143,9 @@ func ArchivePartitionsEnsure(ctx context.Context, pool *pgxpool.Pool, now time.T
 	first := monthStart(now)
 	if oldest != nil && oldest.Before(first) {
 		first = monthStart(*oldest)
+	}
+	if horizon := monthStart(now.Add(-keep)); first.Before(horizon) {
+		first = horizon
 	}
 	last := monthStart(now).AddDate(0, monthsAhead, 0)
 	var created []string
@@ -150,6 +164,9 @@ func ArchivePartitionsEnsure(ctx context.Context, pool *pgxpool.Pool, now time.T
 		// serialised and the check is repeated under the lock.
 		made := false
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, partitionDDLLockTimeout); err != nil {
+				return err
+			}
 			if _, err := tx.Exec(ctx, gsql.Query("ArchivePartitionLock")); err != nil {
 				return err
 			}
@@ -206,6 +223,9 @@ func ArchivePartitionsDrop(ctx context.Context, pool *pgxpool.Pool, cutoff time.
 func dropArchivePartition(ctx context.Context, pool *pgxpool.Pool, name string) error {
 	table := pgx.Identifier{name}.Sanitize()
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, partitionDDLLockTimeout); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, "LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 			return err
 		}

@@ -264,7 +264,8 @@ type settlement struct {
 	applied []int64
 	// released rows are handed back uncounted.
 	released []int64
-	// deferred rows are handed back uncounted, due again after DependencyWait:
+	// deferred rows are handed back uncounted, due again after DependencyWait,
+	// doubling while their aggregate keeps waiting, up to DependencyWaitMax:
 	// they wait for another aggregate's events, which is not their fault.
 	deferred []int64
 }
@@ -276,7 +277,7 @@ type settlement struct {
 func (s *store) OutboxSettle(ctx context.Context, holder string, st settlement, aggs aggregates) (int64, error) {
 	var marked int64
 	err := s.pool.QueryRow(ctx, gsql.Query("OutboxSettle"), nonNil(st.applied), nonNil(st.released), nonNil(st.deferred),
-		holder, s.cfg.DependencyWait, nonNil(aggs.tenantIDs), nonNil(aggs.types), nonNil(aggs.ids)).Scan(&marked)
+		holder, s.cfg.DependencyWait, nonNil(aggs.tenantIDs), nonNil(aggs.types), nonNil(aggs.ids), s.cfg.DependencyWaitMax).Scan(&marked)
 	if err != nil {
 		return 0, fmt.Errorf("settle a batch of %d outbox rows (%d applied): %w",
 			len(st.applied)+len(st.released)+len(st.deferred), len(st.applied), err)

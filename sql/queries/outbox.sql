@@ -144,11 +144,14 @@ RETURNING m.id, m.tenant_id, m.aggregate_type, m.aggregate_id, m.event_type,
 
 -- name: OutboxSettle
 -- Ends a batch in one statement: $1 ids applied (marked processed), $2 ids
--- handed back uncounted (released), $3 ids handed back uncounted to wait $5
--- for another aggregate's events (deferred: valid, so no last_error; later
+-- handed back uncounted (released), $3 ids handed back uncounted to wait for
+-- another aggregate's events (deferred: valid, so no last_error; later
 -- events of their aggregates stay behind them, as their predecessor is not
 -- due), all only while the batch's claim ($4, its lease identity) still
 -- holds them: a row whose lease was taken over is left to its new holder.
+-- A deferred row waits as long as its aggregate has waited since its first
+-- deferral (deferred_since, migration 0010), at least $5 and at most $9:
+-- the wait doubles while the dependency stays away.
 -- $6/$7/$8 the batch's aggregates
 -- (tenant ids, types, ids), whose aggregate leases end here, except those
 -- of deferred rows: their leases become holds until the rows are due (see
@@ -164,15 +167,19 @@ WITH marked AS (
   SET attempts = GREATEST(attempts - 1, 0), locked_by = NULL, locked_until = NULL
   WHERE id = ANY($2::bigint[]) AND locked_by = $4
 ), deferred AS (
-  UPDATE outbox_messages
-  SET attempts = GREATEST(attempts - 1, 0), locked_by = NULL, locked_until = NULL,
-      available_at = now() + $5::interval
-  WHERE id = ANY($3::bigint[]) AND locked_by = $4
-  RETURNING tenant_id, aggregate_type, aggregate_id
+  UPDATE outbox_messages m
+  SET attempts = GREATEST(m.attempts - 1, 0), locked_by = NULL, locked_until = NULL,
+      available_at = now() + LEAST(GREATEST($5::interval, coalesce((
+        SELECT now() - l.deferred_since FROM outbox_aggregate_leases l
+        WHERE l.tenant_id = m.tenant_id AND l.aggregate_type = m.aggregate_type
+          AND l.aggregate_id = m.aggregate_id AND l.locked_by = $4), '0'::interval)), $9::interval)
+  WHERE m.id = ANY($3::bigint[]) AND m.locked_by = $4
+  RETURNING m.tenant_id, m.aggregate_type, m.aggregate_id, m.available_at
 ), held AS (
   UPDATE outbox_aggregate_leases l
-  SET locked_by = 'held back', locked_until = now() + $5::interval
-  FROM (SELECT DISTINCT tenant_id, aggregate_type, aggregate_id FROM deferred) d
+  SET locked_by = 'held back', locked_until = d.until, deferred_since = coalesce(l.deferred_since, now())
+  FROM (SELECT tenant_id, aggregate_type, aggregate_id, max(available_at) AS until
+        FROM deferred GROUP BY tenant_id, aggregate_type, aggregate_id) d
   WHERE l.tenant_id = d.tenant_id AND l.aggregate_type = d.aggregate_type
     AND l.aggregate_id = d.aggregate_id AND l.locked_by = $4
 ), unleased AS (
@@ -302,14 +309,19 @@ WHERE i.inhparent = 'outbox_messages_archive'::regclass
 ORDER BY c.relname;
 
 -- name: OutboxOldestOccurredAt
-SELECT min(occurred_at) FROM outbox_messages;
+-- occurred_at is the producer's: a row at -infinity (which the relay
+-- dead-letters) must not make the retention job fail.
+SELECT min(occurred_at) FROM outbox_messages WHERE isfinite(occurred_at);
 
 -- name: OutboxStats
 -- For the gauges: lag of the oldest pending row (the claim index gives the
 -- lowest pending id cheaply), DLQ depth, and aggregates blocked by a failing row.
+-- A pending row at infinity (the relay dead-letters it) counts no lag: now()
+-- minus it is an error, which would blank every gauge.
 SELECT
   coalesce(extract(epoch FROM now() - (
-    SELECT occurred_at FROM outbox_messages WHERE processed_at IS NULL ORDER BY id LIMIT 1)), 0)::float8,
+    SELECT CASE WHEN isfinite(occurred_at) THEN occurred_at END
+    FROM outbox_messages WHERE processed_at IS NULL ORDER BY id LIMIT 1)), 0)::float8,
   (SELECT count(*) FROM outbox_messages_dlq),
   (SELECT count(*) FROM (
      SELECT DISTINCT tenant_id, aggregate_type, aggregate_id
