@@ -169,6 +169,12 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// Validate reports what is wrong with c once its defaults are filled in, as
+// New would, so that a command can refuse its flags before it connects.
+func (c Config) Validate() error {
+	return c.withDefaults().validate()
+}
+
 func (c Config) validate() error {
 	var errs []error
 	if _, err := ParseWakeMode(string(c.Wake)); err != nil {

@@ -65,9 +65,14 @@ install_pg() {
 
 mkdir -p "$PG_LOCAL"
 PG_BIN="$(find_pg_bin || true)"
+# Only starting installs PostgreSQL: status, stop and url must not run apt-get.
 if [ -z "$PG_BIN" ]; then
-  install_pg
-  PG_BIN="$(find_pg_bin)" || die "PostgreSQL installed but pg_ctl/initdb not found under /usr/lib/postgresql/*/bin"
+  case "${1:-}" in
+    start | restart)
+      install_pg
+      PG_BIN="$(find_pg_bin)" || die "PostgreSQL installed but pg_ctl/initdb not found under /usr/lib/postgresql/*/bin"
+      ;;
+  esac
 fi
 
 # as_pg CMD...: run CMD as the cluster's owner, from / so its cwd is readable.

@@ -25,6 +25,17 @@ func runDLQ(ctx context.Context, args []string) error {
 	conn.register(fs, false)
 	tenant := fs.Int64("tenant", 0, "list: only this tenant's dead letters (0: all)")
 	limit := fs.Int("limit", 100, "list: at most this many rows")
+	switch sub {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(os.Stderr, "usage: graphsync dlq list|retry IDS...|discard IDS... [flags]")
+		fs.SetOutput(os.Stderr)
+		fs.PrintDefaults()
+		return flag.ErrHelp
+	case "list", "retry", "discard":
+	default:
+		// Before connecting: a mistyped subcommand needs no database.
+		return usageError{fmt.Sprintf("unknown dlq subcommand %q: want list, retry or discard", sub)}
+	}
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}

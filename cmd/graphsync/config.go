@@ -35,7 +35,7 @@ func (c *connFlags) register(fs *flag.FlagSet, needNeo4j bool) {
 		fs.StringVar(&c.neo4jUser, "neo4j-user", "", "Neo4j user; empty for a server with auth off (env GRAPHSYNC_NEO4J_USER)")
 		fs.StringVar(&c.neo4jPassword, "neo4j-password", "", "Neo4j password (env GRAPHSYNC_NEO4J_PASSWORD)")
 	}
-	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error (env GRAPHSYNC_LOG_LEVEL)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error (env GRAPHSYNC_LOG_LEVEL); commands that only print a result check it and log nothing")
 	fs.StringVar(&c.logFormat, "log-format", "json", "json or console (env GRAPHSYNC_LOG_FORMAT)")
 }
 
@@ -107,9 +107,20 @@ func fillFromEnv(fs *flag.FlagSet) error {
 }
 
 func (c *connFlags) logger() (*zap.Logger, error) {
+	cfg, err := c.logConfig()
+	if err != nil {
+		return nil, err
+	}
+	return cfg.Build()
+}
+
+// logConfig reads --log-level and --log-format. Every command checks them,
+// those that log nothing too (before they connect): a wrong value is a
+// usage error wherever it is given.
+func (c *connFlags) logConfig() (zap.Config, error) {
 	level, err := zapcore.ParseLevel(c.logLevel)
 	if err != nil {
-		return nil, usageError{fmt.Sprintf("log level %q: want debug, info, warn or error", c.logLevel)}
+		return zap.Config{}, usageError{fmt.Sprintf("log level %q: want debug, info, warn or error", c.logLevel)}
 	}
 	var cfg zap.Config
 	switch c.logFormat {
@@ -118,16 +129,19 @@ func (c *connFlags) logger() (*zap.Logger, error) {
 	case "console":
 		cfg = zap.NewDevelopmentConfig()
 	default:
-		return nil, usageError{fmt.Sprintf("log format %q: want json or console", c.logFormat)}
+		return zap.Config{}, usageError{fmt.Sprintf("log format %q: want json or console", c.logFormat)}
 	}
 	cfg.Level = zap.NewAtomicLevelAt(level)
 	cfg.DisableStacktrace = true
-	return cfg.Build()
+	return cfg, nil
 }
 
 // openPostgres connects and pings, with an error that names the server
 // (password redacted) and what to check.
 func (c *connFlags) openPostgres(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	if _, err := c.logConfig(); err != nil {
+		return nil, err
+	}
 	if c.pgURL == "" {
 		return nil, usageError{"no PostgreSQL URL: set --pg-url or GRAPHSYNC_PG_URL (after make services-up: source .local/services.env)"}
 	}
@@ -167,6 +181,9 @@ func (c *connFlags) withPostgres(ctx context.Context, fn func(*pgxpool.Pool) err
 // openNeo4j builds a driver. With verify, an unreachable server is an error;
 // bad credentials are always one.
 func (c *connFlags) openNeo4j(ctx context.Context, verify bool) (neo4j.DriverWithContext, error) {
+	if _, err := c.logConfig(); err != nil {
+		return nil, err
+	}
 	if c.neo4jURI == "" {
 		return nil, usageError{"no Neo4j URI: set --neo4j-uri or GRAPHSYNC_NEO4J_URI (after make services-up: source .local/services.env)"}
 	}

@@ -67,6 +67,32 @@ func TestUnknownCommandAndWake(t *testing.T) {
 	}
 }
 
+// Every command checks its flags before it connects (the URLs name ports
+// nothing listens on, which would be exit 1): a wrong log level is a usage
+// error also for commands that log nothing, a mistyped dlq subcommand needs
+// no database, and dlq's help is help.
+func TestCommandsCheckTheirFlagsBeforeConnecting(t *testing.T) {
+	pg, bolt := "postgres://x@127.0.0.1:1/x", "bolt://127.0.0.1:1"
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"migrate", "--log-level", "loud", "--pg-url", pg, "--neo4j-uri", bolt}, 2},
+		{[]string{"dlq", "list", "--log-format", "xml", "--pg-url", pg}, 2},
+		{[]string{"retention", "--log-level", "loud", "--pg-url", pg}, 2},
+		{[]string{"summary", "--log-level", "loud", "--pg-url", pg, "--neo4j-uri", bolt}, 2},
+		{[]string{"dlq", "lst", "--pg-url", pg}, 2},
+		{[]string{"dlq", "-h"}, 0},
+		{[]string{"dlq", "list", "-h"}, 0},
+		{[]string{"sync", "--dependency-wait", "2s", "--dependency-wait-max", "1s", "--pg-url", pg, "--neo4j-uri", bolt}, 2},
+		{[]string{"dlq", "list", "--pg-url", pg}, 1}, // the flags are right: it fails to connect
+	} {
+		if code := run(c.args); code != c.want {
+			t.Errorf("%v: exit %d, want %d", c.args, code, c.want)
+		}
+	}
+}
+
 // Retention settings that would remove what they should keep stop the
 // command before it connects (the URL names a port nothing listens on),
 // with exit 2 and the flag named.

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"sort"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -58,6 +61,14 @@ func runDemo(ctx context.Context, args []string) error {
 		return usageError{err.Error()}
 	}
 	f.relay.Wake = wake
+	// Ctrl-C stops the demo softly, so that it still drops its replication
+	// slot (a slot nobody reads keeps WAL); a second one exits at once.
+	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	go func() {
+		<-ctx.Done()
+		stopSignals()
+	}()
 	pool, err := f.conn.openPostgres(ctx, int32(w.Writers+4))
 	if err != nil {
 		return err
@@ -79,7 +90,9 @@ func runDemo(ctx context.Context, args []string) error {
 	start = time.Now()
 	syncErr := serveSync(ctx, f, log.Named("sync"))
 	if f.relay.Wake == relay.WakeStream {
-		if err := relay.DropStream(ctx, pool, f.relay.Slot, f.relay.Publication); err != nil {
+		dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := relay.DropStream(dropCtx, pool, f.relay.Slot, f.relay.Publication); err != nil {
 			fmt.Fprintf(os.Stderr, "demo: %v\n", redactErr(err, f.conn.pgURL))
 		} else {
 			fmt.Printf("demo: dropped replication slot and publication %s (a slot nobody reads keeps WAL)\n", f.relay.Slot)
@@ -87,6 +100,9 @@ func runDemo(ctx context.Context, args []string) error {
 	}
 	if syncErr != nil {
 		return syncErr
+	}
+	if ctx.Err() != nil {
+		return errors.New("interrupted before the sync caught up")
 	}
 	fmt.Printf("demo: sync (%s mode) caught up in %s\n", f.relay.Wake, time.Since(start).Round(time.Millisecond))
 	driver, err := f.conn.openNeo4j(ctx, true)

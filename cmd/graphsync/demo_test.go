@@ -3,9 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -100,5 +104,60 @@ func TestDemoLeavesNoReplicationSlot(t *testing.T) {
 	}
 	if pending != 0 {
 		t.Errorf("%d outbox rows still pending after the demo", pending)
+	}
+}
+
+// Ctrl-C during the demo's sync still drops the demo's replication slot.
+// Neo4j is unreachable here, so the sync cannot catch up and is running
+// (with its slot) when the interrupt comes.
+func TestInterruptedDemoLeavesNoReplicationSlot(t *testing.T) {
+	url, pool := teststack.FreshDatabase(t)
+	ctx := context.Background()
+	// While the test listens too, an interrupt never kills the test binary.
+	caught := make(chan os.Signal, 1)
+	signal.Notify(caught, os.Interrupt)
+	defer signal.Stop(caught)
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"demo", "--wake", "stream", "--tenants", "1", "--products", "3", "--customers", "2", "--orders", "4",
+			"--question", "", "--http-addr=", "--retention-every", "0", "--log-level", "error",
+			"--drain-timeout", "1s", "--pg-url", url, "--neo4j-uri", "bolt://127.0.0.1:1"})
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var slots int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE database = current_database() AND active`).Scan(&slots); err != nil {
+			t.Fatal(err)
+		}
+		if slots > 0 {
+			break
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("the demo ended (exit %d) before its sync was running", code)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the demo's sync never opened its replication slot")
+		}
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code == 0 {
+			t.Errorf("the interrupted demo exited 0")
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the demo did not stop after Ctrl-C")
+	}
+	var slots, publications int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_replication_slots WHERE database = current_database()),
+		(SELECT count(*) FROM pg_publication)`).Scan(&slots, &publications); err != nil {
+		t.Fatal(err)
+	}
+	if slots != 0 || publications != 0 {
+		t.Errorf("the interrupted demo left %d replication slots and %d publications in its database", slots, publications)
 	}
 }

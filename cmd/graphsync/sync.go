@@ -91,6 +91,9 @@ func runSync(ctx context.Context, args []string) error {
 	if err := f.retention.Validate(); err != nil {
 		return usageError{err.Error()}
 	}
+	if err := f.relay.Validate(); err != nil {
+		return usageError{err.Error()}
+	}
 	if f.retentionEvery < 0 || f.driftEvery < 0 {
 		return usageError{fmt.Sprintf("--retention-every and --drift-check-every must not be negative (0 disables), got %s and %s", f.retentionEvery, f.driftEvery)}
 	}
