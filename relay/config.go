@@ -53,6 +53,11 @@ type Config struct {
 	// without a backlog, batches stay small and latency low. Default:
 	// 4 × BatchSize. Set it to BatchSize to keep batches fixed.
 	BacklogBatchSize int
+	// MaxBatchBytes bounds the payload bytes one claim takes (a claim takes
+	// at least one row): a backlog of large events must not put thousands
+	// of them in the relay's memory, and in one Neo4j transaction, at once.
+	// Default: 32 MiB.
+	MaxBatchBytes int64
 	// PollInterval is the poll mode's period and the notify mode's safety
 	// net. Default: 500ms.
 	PollInterval time.Duration
@@ -148,6 +153,9 @@ func (c Config) withDefaults() Config {
 	if c.DependencyWait == 0 {
 		c.DependencyWait = time.Second
 	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = 32 << 20
+	}
 	if c.DependencyWaitMax == 0 {
 		c.DependencyWaitMax = max(time.Minute, c.DependencyWait)
 	}
@@ -187,6 +195,7 @@ func (c Config) validate() error {
 		"max attempts": int64(c.MaxAttempts), "sink backoff": int64(c.SinkBackoff),
 		"drain timeout": int64(c.DrainTimeout), "standby status interval": int64(c.StandbyStatusInterval),
 		"stream stall timeout": int64(c.StreamStallTimeout), "dependency wait": int64(c.DependencyWait),
+		"max batch bytes": c.MaxBatchBytes,
 	}
 	for name, v := range positive {
 		if v <= 0 {

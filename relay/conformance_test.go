@@ -28,6 +28,7 @@ func TestConformance(t *testing.T) {
 			t.Run("SinkUnavailableCountsNoAttempt", func(t *testing.T) { testSinkUnavailable(t, mode) })
 			t.Run("UnreadableRowsGoToDLQ", func(t *testing.T) { testUnreadableRows(t, mode) })
 			t.Run("AFailingAggregateStallsNoOther", func(t *testing.T) { testFailingAggregateStallsNoOther(t, mode) })
+			t.Run("ClaimsStayWithinTheByteBound", func(t *testing.T) { testClaimsStayWithinTheByteBound(t, mode) })
 		})
 	}
 }
@@ -523,6 +524,68 @@ func testFailingAggregateStallsNoOther(t *testing.T, mode WakeMode) {
 	}
 	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE id = ANY($1) AND processed_at IS NULL AND last_error IS NULL`, behind); n != int64(len(behind)) {
 		t.Errorf("%d of the %d rows behind the failed row are pending without an error, want all", n, len(behind))
+	}
+	sink.checkOrder(t)
+	sink.checkViolations(t)
+}
+
+// A claim takes at most MaxBatchBytes of payload, and at least one row (one
+// larger than the bound goes alone). Large events of four aggregates,
+// interleaved and committed in one transaction (one stream batch), reach
+// the sink in batches within the bound, each aggregate in order. In stream
+// mode the rows a claim leaves are claimed again at once: the fallback
+// poll, an hour here, never runs.
+func testClaimsStayWithinTheByteBound(t *testing.T, mode WakeMode) {
+	h := newHarness(t, mode)
+	const bound = 25_000
+	sink := newRecordingSink()
+	cfg := h.config("relay-bytes")
+	cfg.MaxBatchBytes = bound
+	cfg.FallbackPollInterval = time.Hour
+	h.start(sink, cfg)
+	if mode == WakeStream {
+		// The start-up drain found nothing: the rows come by the stream.
+		eventually(t, 10*time.Second, "the stream connected", func() bool {
+			return h.count(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active`, h.slot) == 1
+		})
+	}
+	filler := strings.Repeat("x", 6_000)
+	var ids []int64
+	err := pgx.BeginFunc(context.Background(), h.pool, func(tx pgx.Tx) error {
+		for i := range 24 {
+			payload := fmt.Sprintf(`{"n": %d, "filler": %q}`, i, filler)
+			if i == 10 {
+				payload = fmt.Sprintf(`{"n": %d, "filler": %q}`, i, strings.Repeat("y", 2*bound))
+			}
+			id, err := insert(context.Background(), tx, event{1, "Order", int64(i % 4), "OrderConfirmed", payload})
+			if err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "every row applied", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = ANY($1) AND processed_at IS NOT NULL`, ids) == int64(len(ids))
+	})
+	sink.mu.Lock()
+	var sizes []int
+	for _, batch := range sink.deliveries {
+		bytes := 0
+		for _, m := range batch {
+			bytes += len(m.Payload)
+		}
+		sizes = append(sizes, bytes)
+		if bytes > bound && len(batch) > 1 {
+			t.Errorf("a batch of %d rows and %d payload bytes, above the bound of %d", len(batch), bytes, bound)
+		}
+	}
+	sink.mu.Unlock()
+	if len(sizes) < 24*6_000/bound {
+		t.Errorf("batches of %v bytes: too few for the bound", sizes)
 	}
 	sink.checkOrder(t)
 	sink.checkViolations(t)

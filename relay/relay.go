@@ -371,12 +371,37 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 		if err := r.awaitVisible(ctx, chunk); err != nil {
 			r.log.Warn("relay stream pass: visibility check failed", zap.String("error", redactLog(err.Error())))
 		}
-		if err := r.pass(ctx, func(ctx context.Context) (claimed, error) { return r.store.OutboxClaimByID(ctx, chunk) }); err != nil {
+		took := map[int64]bool{}
+		err := r.pass(ctx, func(ctx context.Context) (claimed, error) {
+			c, err := r.store.OutboxClaimByID(ctx, chunk)
+			for _, ms := range [][]Message{c.messages, c.unreadable} {
+				for _, m := range ms {
+					took[m.ID] = true
+				}
+			}
+			for _, id := range c.deadLettered {
+				took[id] = true
+			}
+			return c, err
+		})
+		if err != nil {
 			r.waitAfter(ctx, err, backoff)
 			continue
 		}
 		backoff.reset()
-		ids = ids[len(chunk):]
+		// Rows of the chunk the claim left (past its byte bound, or behind
+		// a row of their aggregate it left) are claimed again first, in
+		// commit order, as long as claims take something: those still left
+		// then wait for the fallback poll, as before.
+		var left []int64
+		if len(took) > 0 {
+			for _, id := range chunk {
+				if !took[id] {
+					left = append(left, id)
+				}
+			}
+		}
+		ids = append(left, ids[len(chunk):]...)
 	}
 	if ctx.Err() != nil {
 		return // not confirmed: the slot will replay them, the rows are in the outbox anyway

@@ -138,7 +138,7 @@ func (s *store) claim(ctx context.Context, statement string, arg any) (claimed, 
 	result.holder = s.nextHolder()
 	batch := &pgx.Batch{}
 	batch.Queue(gsql.Query("OutboxClaimSettings"))
-	batch.Queue(statement, arg, result.holder, s.cfg.Lease)
+	batch.Queue(statement, arg, result.holder, s.cfg.Lease, s.cfg.MaxBatchBytes)
 	type taken struct {
 		msg       Message
 		problem   error

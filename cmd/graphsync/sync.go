@@ -49,6 +49,7 @@ func (f *syncFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.relay.Workers, "workers", 1, "concurrent claim-deliver loops in this process")
 	fs.IntVar(&f.relay.BatchSize, "batch-size", 500, "most rows per claim and per Neo4j transaction")
 	fs.IntVar(&f.relay.BacklogBatchSize, "backlog-batch-size", 0, "most rows per claim and per Neo4j transaction while a backlog exists: full claims double the batch up to this (default 4 × --batch-size; equal to --batch-size keeps batches fixed)")
+	fs.Int64Var(&f.relay.MaxBatchBytes, "max-batch-bytes", 32<<20, "most payload bytes per claim and per Neo4j transaction (a claim takes at least one event)")
 	fs.DurationVar(&f.relay.PollInterval, "poll-interval", 500*time.Millisecond, "poll period (poll mode) and safety net (notify mode)")
 	fs.DurationVar(&f.relay.FallbackPollInterval, "fallback-poll-interval", 30*time.Second, "stream mode's poll for rows the stream missed")
 	fs.DurationVar(&f.relay.Lease, "lease", 15*time.Second, "how long a claim holds rows before another relay may take them over")

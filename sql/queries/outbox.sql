@@ -35,7 +35,8 @@ SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true);
 -- its relays).
 WITH win AS (
   SELECT o.id, o.tenant_id, o.aggregate_type, o.aggregate_id,
-         o.locked_until IS NOT NULL AND o.attempts >= 2 AS suspect
+         o.locked_until IS NOT NULL AND o.attempts >= 2 AS suspect,
+         octet_length(o.payload::text) AS bytes
   FROM outbox_messages o
   WHERE o.processed_at IS NULL
     AND o.available_at <= now()
@@ -55,7 +56,8 @@ WITH win AS (
 -- under the same conditions. The caller orders what it takes.
 WITH win AS (
   SELECT o.id, o.tenant_id, o.aggregate_type, o.aggregate_id,
-         o.locked_until IS NOT NULL AND o.attempts >= 2 AS suspect
+         o.locked_until IS NOT NULL AND o.attempts >= 2 AS suspect,
+         octet_length(o.payload::text) AS bytes
   FROM outbox_messages o
   WHERE o.id = ANY($1::bigint[])
     AND o.processed_at IS NULL
@@ -70,7 +72,8 @@ WITH win AS (
 )
 
 -- name: OutboxClaimTail
--- $2 the claim's lease identity (relay id/worker#claim), $3 lease.
+-- $2 the claim's lease identity (relay id/worker#claim), $3 lease, $4 the
+-- most payload bytes a claim takes.
 -- The rules, per aggregate:
 -- * Order and block-on-error: a row is taken only with its predecessor (the
 --   aggregate's pending row just before it). A predecessor that is not in
@@ -84,6 +87,9 @@ WITH win AS (
 --   order, so concurrent claims wait on each other's keys without deadlock.
 -- * A suspect orphan is taken alone, so a row that crashes relays only burns
 --   its own attempts; rows after it wait for the next claim.
+-- * At most $4 bytes of payload (as text, as the relay receives them), and
+--   at least one row: rows are cut in id order, so each aggregate keeps a
+--   prefix of its chain and the rest waits behind it.
 -- The attempt is counted here, at claim, so a row that crashes its relay
 -- still reaches the DLQ after the limit.
 , chained AS (
@@ -110,10 +116,12 @@ WITH win AS (
   SELECT u.id, u.tenant_id, u.aggregate_type, u.aggregate_id
   FROM (
     SELECT u.*, min(u.id) OVER () AS first_id,
-           min(u.id) FILTER (WHERE u.suspect) OVER () AS first_suspect
+           min(u.id) FILTER (WHERE u.suspect) OVER () AS first_suspect,
+           sum(u.bytes) OVER (ORDER BY u.id) AS bytes_through
     FROM unbroken u) u
-  WHERE u.first_suspect IS NULL OR u.id < u.first_suspect
-     OR (u.id = u.first_suspect AND u.first_id = u.first_suspect)
+  WHERE (u.first_suspect IS NULL OR u.id < u.first_suspect
+         OR (u.id = u.first_suspect AND u.first_id = u.first_suspect))
+    AND (u.bytes_through <= $4 OR u.id = u.first_id)
 ), leased AS (
   INSERT INTO outbox_aggregate_leases AS l (tenant_id, aggregate_type, aggregate_id, locked_by, locked_until)
   SELECT DISTINCT p.tenant_id, p.aggregate_type, p.aggregate_id, $2::text, now() + $3::interval
