@@ -330,18 +330,23 @@ func TestOffsetReaderReadsArchiveAndRetriedRows(t *testing.T) {
 // default partition) is reported, and the archiving still runs.
 // occurred_at is the producer's value. A processed row dated in year 1 must
 // not make the retention job create (and drop again) a partition per month
-// since then, and a pending row at infinity (the relay dead-letters it)
-// must not make the job or the gauges fail.
+// since then: it lands in the default partition, which keeps nothing older
+// than the archive does, and its going is recorded as history dropped. A
+// pending row at infinity (the relay dead-letters it) must not make the job
+// or the gauges fail, nor hide the lag of the rows behind it.
 func TestRetentionAndGaugesSurviveProducerDates(t *testing.T) {
 	h := newHarness(t, WakePoll)
 	ctx := context.Background()
 	endless := h.insertCommitted(event{1, "Order", 3, "OrderPlaced", `{}`}) // the lowest pending id
 	ancient := h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`})
-	h.insertCommitted(event{1, "Order", 2, "OrderPlaced", `{}`})
-	if _, err := h.pool.Exec(ctx, `UPDATE outbox_messages SET processed_at = now(), occurred_at = '0001-01-01 00:00:00+00' WHERE id = $1`, ancient); err != nil {
+	late := h.insertCommitted(event{1, "Order", 2, "OrderPlaced", `{}`})
+	if _, err := h.pool.Exec(ctx, `UPDATE outbox_messages SET processed_at = now() - interval '8 days', occurred_at = '0001-01-01 00:00:00+00' WHERE id = $1`, ancient); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.pool.Exec(ctx, `UPDATE outbox_messages SET occurred_at = '-infinity' WHERE id = $1`, endless); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.pool.Exec(ctx, `UPDATE outbox_messages SET occurred_at = now() - interval '1 hour' WHERE id = $1`, late); err != nil {
 		t.Fatal(err)
 	}
 	report, err := Retain(ctx, h.pool, RetentionConfig{KeepArchive: 60 * 24 * time.Hour, MonthsAhead: 1})
@@ -359,12 +364,22 @@ func TestRetentionAndGaugesSurviveProducerDates(t *testing.T) {
 	if len(report.PartitionsDropped) != 0 {
 		t.Errorf("partitions dropped %v, want none", report.PartitionsDropped)
 	}
+	if report.Archived != 1 {
+		t.Errorf("archived %d rows, want the one dated in year 1", report.Archived)
+	}
+	if n := h.count(`SELECT count(*) FROM outbox_messages_archive WHERE id = $1`, ancient); n != 0 {
+		t.Errorf("the row dated in year 1 is still in the archive, older than it keeps")
+	}
+	if n := h.count(`SELECT coalesce(sum(rows_dropped), 0) FROM outbox_history_gaps
+		WHERE partition_name = 'outbox_messages_archive_default' AND tenant_id = 1 AND oldest = '0001-01-01 00:00:00+00'`); n != 1 {
+		t.Errorf("the row dated in year 1 went unrecorded: %d rows in outbox_history_gaps", n)
+	}
 	stats, err := ReadStats(ctx, h.pool)
 	if err != nil {
 		t.Fatalf("gauges with a pending row at -infinity: %v", err)
 	}
-	if stats.LagSeconds != 0 {
-		t.Errorf("lag %.0fs with the oldest pending row at -infinity, want 0 (no lag counted for it)", stats.LagSeconds)
+	if stats.LagSeconds < 3500 || stats.LagSeconds > 4000 {
+		t.Errorf("lag %.0fs with the oldest pending row at -infinity and the next one an hour old, want about an hour", stats.LagSeconds)
 	}
 }
 

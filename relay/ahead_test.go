@@ -226,24 +226,34 @@ func TestBatchesGrowBehindHotAggregatesInFlight(t *testing.T) {
 
 // The sizing rule itself: a claim whose window was full is a backlog even
 // when it took fewer rows (rows of aggregates in flight are in the window
-// but not taken); a window short of the limit ends it.
+// but not taken); a window short of the limit ends it; a claim the byte
+// bound ended looks at about twice the rows it took next.
 func TestSizeForBacklog(t *testing.T) {
-	cfg := Config{BatchSize: 50, BacklogBatchSize: 400}
+	cfg := Config{BatchSize: 50, BacklogBatchSize: 400, MaxBatchBytes: 1000}
 	for _, c := range []struct {
-		name                 string
-		limit, window, start int
-		want                 int
+		name                        string
+		limit, window, start, taken int
+		bytesEach                   int
+		want                        int
 	}{
-		{"full window doubles", 50, 50, 50, 100},
-		{"full window, few taken, still doubles", 100, 100, 100, 200},
-		{"capped at BacklogBatchSize", 400, 400, 400, 400},
-		{"short window returns to BatchSize", 200, 120, 400, 50},
-		{"split-down left to deliver", 50, 50, 12, 12},
+		{"full window doubles", 50, 50, 50, 50, 1, 100},
+		{"full window, few taken, still doubles", 100, 100, 100, 10, 1, 200},
+		{"capped at BacklogBatchSize", 400, 400, 400, 400, 1, 400},
+		{"short window returns to BatchSize", 200, 120, 400, 120, 1, 50},
+		{"split-down left to deliver", 50, 50, 12, 12, 1, 12},
+		{"the byte bound ended it", 400, 400, 400, 9, 100, 18},
+		{"few rows, well within the bytes", 400, 400, 400, 9, 10, 400},
+		{"all the window taken, whatever its bytes", 100, 100, 100, 100, 100, 200},
 	} {
 		w := &worker{Relay: &Relay{cfg: cfg}, limit: c.start}
-		w.sizeForBacklog(c.window, c.limit)
+		claim := claimed{limit: c.limit, window: c.window}
+		for range c.taken {
+			claim.messages = append(claim.messages, Message{Payload: make([]byte, c.bytesEach)})
+		}
+		w.sizeForBacklog(claim)
 		if w.limit != c.want {
-			t.Errorf("%s: limit %d after a window of %d of %d (from %d), want %d", c.name, w.limit, c.window, c.limit, c.start, c.want)
+			t.Errorf("%s: limit %d after taking %d rows of a window of %d of %d (from %d), want %d",
+				c.name, w.limit, c.taken, c.window, c.limit, c.start, c.want)
 		}
 	}
 }

@@ -167,31 +167,59 @@ func TestDeferredEventIsNotAFailure(t *testing.T) {
 // An event that keeps waiting for another aggregate's events is tried less
 // and less often: each deferral waits about as long as its aggregate has
 // waited so far, from DependencyWait up to DependencyWaitMax, so a product
-// that never comes does not send its orders to Neo4j every second. Other
-// aggregates of the same batches flow meanwhile, and once the event is
-// applied its aggregate's wait starts again from DependencyWait.
+// that never comes does not send its orders to Neo4j every second. The
+// worker looks again when the row is due: polls are an hour away here, in
+// poll and in stream mode. Other aggregates of the same batches flow
+// meanwhile. When the event is applied and the one behind it, in the same
+// batch, is deferred, the aggregate made progress: its wait starts again
+// at DependencyWait.
 func TestDeferredEventsBackOff(t *testing.T) {
-	h := newHarness(t, WakePoll)
-	var ready atomic.Bool
-	var waitingID atomic.Int64
+	for _, mode := range []WakeMode{WakePoll, WakeStream} {
+		t.Run(string(mode), func(t *testing.T) { testDeferredEventsBackOff(t, mode) })
+	}
+}
+
+func testDeferredEventsBackOff(t *testing.T, mode WakeMode) {
+	h := newHarness(t, mode)
+	var waitingReady, behindReady atomic.Bool
+	var waitingID, behindID atomic.Int64
 	var mu sync.Mutex
-	var tries []time.Time
+	var tries, behindTries []time.Time
+	var behindFirstWait []float64 // ms between the aggregate's deferred_since and the row's due time
 	sink := newRecordingSink()
 	sink.reject = func(m Message) error {
-		if m.ID != waitingID.Load() || ready.Load() {
-			return nil
+		switch {
+		case m.ID == waitingID.Load() && !waitingReady.Load():
+			mu.Lock()
+			tries = append(tries, time.Now())
+			mu.Unlock()
+			return fmt.Errorf("product 9 is not in the graph yet: %w", ErrDeferred)
+		case m.ID == behindID.Load() && !behindReady.Load():
+			mu.Lock()
+			behindTries = append(behindTries, time.Now())
+			if len(behindTries) == 2 {
+				// The claim left the row's due time and the aggregate's
+				// deferred_since as the first deferral set them.
+				var ms float64
+				if err := h.pool.QueryRow(context.Background(), `SELECT extract(epoch FROM m.available_at - l.deferred_since) * 1000
+					FROM outbox_messages m JOIN outbox_aggregate_leases l
+					  ON l.tenant_id = m.tenant_id AND l.aggregate_type = m.aggregate_type AND l.aggregate_id = m.aggregate_id
+					WHERE m.id = $1`, m.ID).Scan(&ms); err != nil {
+					t.Error(err)
+				}
+				behindFirstWait = append(behindFirstWait, ms)
+			}
+			mu.Unlock()
+			return fmt.Errorf("category 3 is not in the graph yet: %w", ErrDeferred)
 		}
-		mu.Lock()
-		tries = append(tries, time.Now())
-		mu.Unlock()
-		return fmt.Errorf("product 9 is not in the graph yet: %w", ErrDeferred)
+		return nil
 	}
 	const wait, waitMax = 40 * time.Millisecond, 400 * time.Millisecond
 	cfg := h.config("relay-deferral-backoff")
-	cfg.PollInterval = 10 * time.Millisecond
+	cfg.PollInterval, cfg.FallbackPollInterval = time.Hour, time.Hour
 	cfg.DependencyWait, cfg.DependencyWaitMax = wait, waitMax
 	waitingID.Store(h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`}))
-	behind := h.insertCommitted(event{1, "Order", 1, "OrderConfirmed", `{}`})
+	behindID.Store(h.insertCommitted(event{1, "Order", 1, "OrderConfirmed", `{}`}))
 	var others []int64
 	for i := range 3 {
 		others = append(others, h.insertCommitted(event{2, "Order", int64(10 + i), "OrderPlaced", `{}`}))
@@ -220,9 +248,22 @@ func TestDeferredEventsBackOff(t *testing.T) {
 	if last := gaps[len(gaps)-1]; last < 5*wait {
 		t.Errorf("gaps between tries of the waiting event %v: the last is %s, want at least %s (the wait doubles)", gaps, last, 5*wait)
 	}
-	ready.Store(true)
-	eventually(t, 10*time.Second, "the waiting event and the one behind it applied", func() bool {
-		return h.count(`SELECT count(*) FROM outbox_messages WHERE id IN ($1, $2) AND processed_at IS NOT NULL`, waitingID.Load(), behind) == 2
+	// The waiting event is applied; the one behind it, in the same batch,
+	// is deferred in its turn: its first wait is DependencyWait again.
+	waitingReady.Store(true)
+	eventually(t, 10*time.Second, "two tries of the event behind", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(behindFirstWait) > 0
+	})
+	mu.Lock()
+	if got := behindFirstWait[0]; got < float64(wait.Milliseconds())-0.5 || got > float64(wait.Milliseconds())+0.5 {
+		t.Errorf("the event deferred right after its aggregate's progress waited %.0f ms first, want %d", got, wait.Milliseconds())
+	}
+	mu.Unlock()
+	behindReady.Store(true)
+	eventually(t, 10*time.Second, "both events applied", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE id IN ($1, $2) AND processed_at IS NOT NULL`, waitingID.Load(), behindID.Load()) == 2
 	})
 	if n := h.count(`SELECT count(*) FROM outbox_aggregate_leases WHERE tenant_id = 1 AND aggregate_id = 1`); n != 0 {
 		t.Errorf("the applied aggregate kept its lease row (and its time of first deferral)")
@@ -230,6 +271,7 @@ func TestDeferredEventsBackOff(t *testing.T) {
 	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE last_error IS NOT NULL OR attempts > 1`); n != 0 {
 		t.Errorf("%d rows carry a failure after only waiting", n)
 	}
+	sink.checkOrder(t)
 }
 
 func containsID(ms []Message, id int64) bool {

@@ -59,7 +59,7 @@ func TestALateSettleTouchesOnlyItsOwnClaim(t *testing.T) {
 	if _, err := w.OutboxFail(ctx, first.holder, first.messages[:1], map[int64]error{x1: errors.New("late failure")}); err != nil {
 		t.Fatal(err)
 	}
-	marked, err := w.OutboxSettle(ctx, first.holder, settlement{applied: []int64{y1}, released: []int64{x1, x2}}, first.aggregates)
+	marked, _, err := w.OutboxSettle(ctx, first.holder, settlement{applied: []int64{y1}, released: []int64{x1, x2}}, first.aggregates)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestALateSettleTouchesOnlyItsOwnClaim(t *testing.T) {
 		t.Fatalf("another relay took %v while the second claim still holds them", messageIDs(stolen.messages))
 	}
 
-	marked, err = w.OutboxSettle(ctx, second.holder, settlement{applied: messageIDs(second.messages)}, second.aggregates)
+	marked, _, err = w.OutboxSettle(ctx, second.holder, settlement{applied: messageIDs(second.messages)}, second.aggregates)
 	if err != nil {
 		t.Fatal(err)
 	}

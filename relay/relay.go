@@ -229,7 +229,7 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 		settled = make(chan error, 1)
 		go func() { settled <- r.settle(ctx, c, applied.st) }()
 		backoff.reset()
-		r.sizeForBacklog(c.window, c.limit)
+		r.sizeForBacklog(c)
 		switch {
 		case ctx.Err() != nil:
 			if nextErr == nil {
@@ -254,17 +254,22 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 	}
 }
 
-// sizeForBacklog sets the next claim's limit after a claim that could look
-// at limit due rows looked at window: a full window means a backlog (even
-// when rows of aggregates in flight left the batch itself short), so the
-// next may take twice as many (up to BacklogBatchSize); a short one returns
-// to BatchSize. A limit below BatchSize (a suspect batch being split down)
-// is left to deliver.
-func (r *worker) sizeForBacklog(window, limit int) {
+// sizeForBacklog sets the next claim's limit after claim c, which could look
+// at c.limit due rows and looked at c.window: a full window means a backlog
+// (even when rows of aggregates in flight left the batch itself short), so
+// the next may take twice as many (up to BacklogBatchSize); a short one
+// returns to BatchSize. A limit below BatchSize (a suspect batch being split
+// down) is left to deliver. A claim the byte bound ended (MaxBatchBytes)
+// sets the next to look at about twice the rows it took: each claim
+// measures every payload of its window, and a window of large events many
+// times what the bound lets through would be read whole each time.
+func (r *worker) sizeForBacklog(c claimed) {
 	switch {
 	case r.limit < r.cfg.BatchSize:
-	case window >= limit:
-		r.limit = min(r.cfg.BacklogBatchSize, max(r.limit, limit*2))
+	case c.taken() < c.window && 2*c.payloadBytes() >= r.cfg.MaxBatchBytes:
+		r.limit = min(r.limit, max(1, 2*c.taken()))
+	case c.window >= c.limit:
+		r.limit = min(r.cfg.BacklogBatchSize, max(r.limit, c.limit*2))
 	default:
 		r.limit = r.cfg.BatchSize
 	}
@@ -287,7 +292,7 @@ func (r *worker) handBack(ctx context.Context, c claimed) {
 	st := settlement{released: append(messageIDs(c.messages), messageIDs(c.unreadable)...)}
 	bookCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if _, err := r.store.OutboxSettle(bookCtx, c.holder, st, c.aggregates); err != nil {
+	if _, _, err := r.store.OutboxSettle(bookCtx, c.holder, st, c.aggregates); err != nil {
 		r.log.Warn("could not hand back a batch claimed ahead; its rows are free again when their lease runs out",
 			zap.Int("rows", len(st.released)), zap.String("error", redactLog(err.Error())))
 	}
@@ -358,20 +363,35 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 		ids = append(ids, b.ids...)
 	}
 	// A large transaction is delivered in chunks, in commit order.
+	visible := map[int64]bool{} // waited for once: visibility only grows
+	byteLimit := 0              // set once the byte bound ended a claim
 	for len(ids) > 0 && ctx.Err() == nil {
 		limit := r.limit
 		if limit >= r.cfg.BatchSize {
 			limit = r.cfg.BacklogBatchSize // what was gathered is a backlog already
+		}
+		if byteLimit > 0 {
+			limit = min(limit, byteLimit)
 		}
 		chunk := ids[:min(len(ids), limit)]
 		// Logical decoding can hand over a commit a moment before it is
 		// visible to other snapshots; a row claimed too early would be
 		// missed and block its aggregate until the fallback poll. Visibility
 		// only ever grows, so waiting for it before the claim is enough.
-		if err := r.awaitVisible(ctx, chunk); err != nil {
-			r.log.Warn("relay stream pass: visibility check failed", zap.String("error", redactLog(err.Error())))
+		var unchecked []int64
+		for _, id := range chunk {
+			if !visible[id] {
+				unchecked = append(unchecked, id)
+				visible[id] = true
+			}
+		}
+		if len(unchecked) > 0 {
+			if err := r.awaitVisible(ctx, unchecked); err != nil {
+				r.log.Warn("relay stream pass: visibility check failed", zap.String("error", redactLog(err.Error())))
+			}
 		}
 		took := map[int64]bool{}
+		var tookBytes int64
 		err := r.pass(ctx, func(ctx context.Context) (claimed, error) {
 			c, err := r.store.OutboxClaimByID(ctx, chunk)
 			for _, ms := range [][]Message{c.messages, c.unreadable} {
@@ -382,6 +402,7 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 			for _, id := range c.deadLettered {
 				took[id] = true
 			}
+			tookBytes = c.payloadBytes()
 			return c, err
 		})
 		if err != nil {
@@ -392,7 +413,10 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 		// Rows of the chunk the claim left (past its byte bound, or behind
 		// a row of their aggregate it left) are claimed again first, in
 		// commit order, as long as claims take something: those still left
-		// then wait for the fallback poll, as before.
+		// then wait for the fallback poll, as before. When the byte bound
+		// ended the claim, later chunks are about twice what it took, so
+		// that a transaction of large events is not measured whole again
+		// and again.
 		var left []int64
 		if len(took) > 0 {
 			for _, id := range chunk {
@@ -400,6 +424,9 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 					left = append(left, id)
 				}
 			}
+		}
+		if len(left) > 0 && 2*tookBytes >= r.cfg.MaxBatchBytes {
+			byteLimit = max(1, 2*len(took))
 		}
 		ids = append(left, ids[len(chunk):]...)
 	}
@@ -493,7 +520,7 @@ func (r *worker) settle(ctx context.Context, c claimed, st settlement) error {
 	bookCtx, bookCancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer bookCancel()
 	settling := time.Now()
-	marked, err := r.store.OutboxSettle(bookCtx, c.holder, st, c.aggregates)
+	marked, due, err := r.store.OutboxSettle(bookCtx, c.holder, st, c.aggregates)
 	r.metrics.settleDuration.Observe(time.Since(settling).Seconds())
 	if err != nil {
 		// Rows applied but not marked will be delivered again after their
@@ -507,7 +534,9 @@ func (r *worker) settle(ctx context.Context, c claimed, st settlement) error {
 	r.metrics.processed.Add(float64(marked))
 	if len(st.deferred) > 0 {
 		r.metrics.deferred.Add(float64(len(st.deferred)))
-		r.wakeAfter(r.cfg.DependencyWait)
+		// Look again when the first of them is due: no poll may come
+		// sooner (stream mode's fallback poll is 30 s away).
+		r.wakeAfter(due)
 	}
 	return nil
 }

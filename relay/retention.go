@@ -164,10 +164,12 @@ func ArchivePartitionsEnsure(ctx context.Context, pool *pgxpool.Pool, now time.T
 		// serialised and the check is repeated under the lock.
 		made := false
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, partitionDDLLockTimeout); err != nil {
+			// Another retention run creating a partition is waited for;
+			// only the DDL's own locks are bounded.
+			if _, err := tx.Exec(ctx, gsql.Query("ArchivePartitionLock")); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, gsql.Query("ArchivePartitionLock")); err != nil {
+			if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, partitionDDLLockTimeout); err != nil {
 				return err
 			}
 			var exists bool
@@ -214,8 +216,18 @@ func ArchivePartitionsDrop(ctx context.Context, pool *pgxpool.Pool, cutoff time.
 		}
 		dropped = append(dropped, name)
 	}
+	// Rows dated before every month the archive keeps (back-dated by their
+	// producer, or a dead letter retried long after) have no partition of
+	// their own (ArchivePartitionsEnsure) and land in the default one: they
+	// go as their month's partition would have, recorded the same way.
+	if _, err := pool.Exec(ctx, gsql.Query("ArchiveDefaultPrune"), defaultPartition, monthStart(cutoff)); err != nil {
+		return dropped, fmt.Errorf("remove rows older than the archive keeps from %s: %w", defaultPartition, err)
+	}
 	return dropped, nil
 }
+
+// defaultPartition is the archive's partition for rows no month partition takes.
+const defaultPartition = "outbox_messages_archive_default"
 
 // dropArchivePartition drops one partition and, in the same transaction,
 // records per tenant how much history went with it (outbox_history_gaps), so

@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 	"sort"
@@ -57,6 +59,18 @@ type claimed struct {
 
 // taken is how many rows the claim took (to deliver, failed or dead-lettered).
 func (c claimed) taken() int { return len(c.messages) + len(c.deadLettered) + len(c.unreadable) }
+
+// payloadBytes is the payload the claim took, as the claim's byte bound
+// counts it.
+func (c claimed) payloadBytes() int64 {
+	var n int64
+	for _, ms := range [][]Message{c.messages, c.unreadable} {
+		for _, m := range ms {
+			n += int64(len(m.Payload))
+		}
+	}
+	return n
+}
 
 // aggregates is a set of aggregates as the parallel arrays the statements
 // take (tenant ids, types, ids).
@@ -272,17 +286,21 @@ type settlement struct {
 
 // OutboxSettle ends the batch of the claim holder in one statement: marks,
 // releases and defers its rows and ends the leases of its aggregates. It
-// returns how many applied rows were marked: a row whose lease was taken
-// over is left to its new holder.
-func (s *store) OutboxSettle(ctx context.Context, holder string, st settlement, aggs aggregates) (int64, error) {
-	var marked int64
-	err := s.pool.QueryRow(ctx, gsql.Query("OutboxSettle"), nonNil(st.applied), nonNil(st.released), nonNil(st.deferred),
-		holder, s.cfg.DependencyWait, nonNil(aggs.tenantIDs), nonNil(aggs.types), nonNil(aggs.ids), s.cfg.DependencyWaitMax).Scan(&marked)
+// returns how many applied rows were marked (a row whose lease was taken
+// over is left to its new holder) and, when rows were deferred, how long
+// until the first of them is due.
+func (s *store) OutboxSettle(ctx context.Context, holder string, st settlement, aggs aggregates) (marked int64, due time.Duration, err error) {
+	var dueSeconds *float64
+	err = s.pool.QueryRow(ctx, gsql.Query("OutboxSettle"), nonNil(st.applied), nonNil(st.released), nonNil(st.deferred),
+		holder, s.cfg.DependencyWait, nonNil(aggs.tenantIDs), nonNil(aggs.types), nonNil(aggs.ids), s.cfg.DependencyWaitMax).Scan(&marked, &dueSeconds)
 	if err != nil {
-		return 0, fmt.Errorf("settle a batch of %d outbox rows (%d applied): %w",
+		return 0, 0, fmt.Errorf("settle a batch of %d outbox rows (%d applied): %w",
 			len(st.applied)+len(st.released)+len(st.deferred), len(st.applied), err)
 	}
-	return marked, nil
+	if dueSeconds != nil {
+		due = max(0, time.Duration(*dueSeconds*float64(time.Second)))
+	}
+	return marked, due, nil
 }
 
 // OutboxExtendLease renews the lease of the claim holder's rows in delivery

@@ -85,6 +85,7 @@ func TestCommandsCheckTheirFlagsBeforeConnecting(t *testing.T) {
 		{[]string{"dlq", "-h"}, 0},
 		{[]string{"dlq", "list", "-h"}, 0},
 		{[]string{"sync", "--dependency-wait", "2s", "--dependency-wait-max", "1s", "--pg-url", pg, "--neo4j-uri", bolt}, 2},
+		{[]string{"demo", "--max-batch-bytes", "-1", "--pg-url", pg, "--neo4j-uri", bolt}, 2},
 		{[]string{"dlq", "list", "--pg-url", pg}, 1}, // the flags are right: it fails to connect
 	} {
 		if code := run(c.args); code != c.want {

@@ -61,6 +61,9 @@ func runDemo(ctx context.Context, args []string) error {
 		return usageError{err.Error()}
 	}
 	f.relay.Wake = wake
+	if err := f.relay.Validate(); err != nil {
+		return usageError{err.Error()}
+	}
 	// Ctrl-C stops the demo softly, so that it still drops its replication
 	// slot (a slot nobody reads keeps WAL); a second one exits at once.
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)

@@ -159,17 +159,19 @@ RETURNING m.id, m.tenant_id, m.aggregate_type, m.aggregate_id, m.event_type,
 -- holds them: a row whose lease was taken over is left to its new holder.
 -- A deferred row waits as long as its aggregate has waited since its first
 -- deferral (deferred_since, migration 0010), at least $5 and at most $9:
--- the wait doubles while the dependency stays away.
+-- the wait doubles while the dependency stays away. An aggregate that had a
+-- row applied in this batch made progress: its wait starts again at $5.
 -- $6/$7/$8 the batch's aggregates
 -- (tenant ids, types, ids), whose aggregate leases end here, except those
 -- of deferred rows: their leases become holds until the rows are due (see
 -- OutboxRecordFailure).
--- Returns how many applied rows were marked.
+-- Returns how many applied rows were marked, and in how many seconds the
+-- first deferred row is due (NULL when none was deferred).
 WITH marked AS (
   UPDATE outbox_messages
   SET processed_at = now(), locked_by = NULL, locked_until = NULL
   WHERE id = ANY($1::bigint[]) AND locked_by = $4
-  RETURNING 1
+  RETURNING tenant_id, aggregate_type, aggregate_id
 ), released AS (
   UPDATE outbox_messages
   SET attempts = GREATEST(attempts - 1, 0), locked_by = NULL, locked_until = NULL
@@ -180,14 +182,22 @@ WITH marked AS (
       available_at = now() + LEAST(GREATEST($5::interval, coalesce((
         SELECT now() - l.deferred_since FROM outbox_aggregate_leases l
         WHERE l.tenant_id = m.tenant_id AND l.aggregate_type = m.aggregate_type
-          AND l.aggregate_id = m.aggregate_id AND l.locked_by = $4), '0'::interval)), $9::interval)
+          AND l.aggregate_id = m.aggregate_id AND l.locked_by = $4
+          AND NOT EXISTS (
+            SELECT 1 FROM marked a
+            WHERE a.tenant_id = m.tenant_id AND a.aggregate_type = m.aggregate_type
+              AND a.aggregate_id = m.aggregate_id)), '0'::interval)), $9::interval)
   WHERE m.id = ANY($3::bigint[]) AND m.locked_by = $4
   RETURNING m.tenant_id, m.aggregate_type, m.aggregate_id, m.available_at
 ), held AS (
   UPDATE outbox_aggregate_leases l
-  SET locked_by = 'held back', locked_until = d.until, deferred_since = coalesce(l.deferred_since, now())
-  FROM (SELECT tenant_id, aggregate_type, aggregate_id, max(available_at) AS until
-        FROM deferred GROUP BY tenant_id, aggregate_type, aggregate_id) d
+  SET locked_by = 'held back', locked_until = d.until,
+      deferred_since = CASE WHEN d.progressed THEN now() ELSE coalesce(l.deferred_since, now()) END
+  FROM (SELECT d.tenant_id, d.aggregate_type, d.aggregate_id, max(d.available_at) AS until,
+               EXISTS (SELECT 1 FROM marked a
+                       WHERE a.tenant_id = d.tenant_id AND a.aggregate_type = d.aggregate_type
+                         AND a.aggregate_id = d.aggregate_id) AS progressed
+        FROM deferred d GROUP BY d.tenant_id, d.aggregate_type, d.aggregate_id) d
   WHERE l.tenant_id = d.tenant_id AND l.aggregate_type = d.aggregate_type
     AND l.aggregate_id = d.aggregate_id AND l.locked_by = $4
 ), unleased AS (
@@ -199,7 +209,8 @@ WITH marked AS (
       SELECT 1 FROM deferred d
       WHERE d.tenant_id = a.tenant_id AND d.aggregate_type = a.aggregate_type AND d.aggregate_id = a.aggregate_id)
 )
-SELECT count(*) FROM marked;
+SELECT (SELECT count(*) FROM marked),
+       (SELECT extract(epoch FROM min(available_at) - now())::float8 FROM deferred);
 
 -- name: OutboxExtendLease
 -- $1 ids of the batch, $2 its claim's lease identity, $3 lease, $4/$5/$6 its aggregates.
@@ -218,7 +229,8 @@ WHERE id = ANY($1::bigint[]) AND locked_by = $2 AND processed_at IS NULL;
 -- $1 ids, $2 errors (same length), $3 the claim's lease identity, $4 retry step, $5 max steps.
 -- The seed's schedule: LEAST(attempts + 1, 8) * 30s, where attempts counted
 -- failures; here attempts was already counted at claim, hence LEAST(attempts, 8).
--- The aggregate's lease becomes a hold until the retry: its later rows wait
+-- The aggregate's lease becomes a hold until the retry (and forgets since
+-- when the aggregate waited for a dependency): its later rows wait
 -- behind the failed one anyway, and the claim's window skips them instead
 -- of filling with them (the settle leaves a hold in place; a claim takes
 -- the aggregate again once the hold has run out).
@@ -233,7 +245,7 @@ WITH failed AS (
   RETURNING m.tenant_id, m.aggregate_type, m.aggregate_id, m.available_at
 )
 UPDATE outbox_aggregate_leases l
-SET locked_by = 'held back', locked_until = h.until
+SET locked_by = 'held back', locked_until = h.until, deferred_since = NULL
 FROM (SELECT tenant_id, aggregate_type, aggregate_id, max(available_at) AS until
       FROM failed GROUP BY tenant_id, aggregate_type, aggregate_id) h
 WHERE l.tenant_id = h.tenant_id AND l.aggregate_type = h.aggregate_type
@@ -324,12 +336,13 @@ SELECT min(occurred_at) FROM outbox_messages WHERE isfinite(occurred_at);
 -- name: OutboxStats
 -- For the gauges: lag of the oldest pending row (the claim index gives the
 -- lowest pending id cheaply), DLQ depth, and aggregates blocked by a failing row.
--- A pending row at infinity (the relay dead-letters it) counts no lag: now()
--- minus it is an error, which would blank every gauge.
+-- A pending row at infinity (the relay dead-letters it) is passed over: now()
+-- minus it is an error, which would blank every gauge, and the rows behind
+-- it still count.
 SELECT
   coalesce(extract(epoch FROM now() - (
-    SELECT CASE WHEN isfinite(occurred_at) THEN occurred_at END
-    FROM outbox_messages WHERE processed_at IS NULL ORDER BY id LIMIT 1)), 0)::float8,
+    SELECT occurred_at FROM outbox_messages
+    WHERE processed_at IS NULL AND isfinite(occurred_at) ORDER BY id LIMIT 1)), 0)::float8,
   (SELECT count(*) FROM outbox_messages_dlq),
   (SELECT count(*) FROM (
      SELECT DISTINCT tenant_id, aggregate_type, aggregate_id
@@ -405,6 +418,25 @@ FROM unnest($1::bigint[]) AS x
 WHERE NOT EXISTS (SELECT 1 FROM outbox_messages m WHERE m.id = x)
   AND NOT EXISTS (SELECT 1 FROM outbox_messages_dlq d WHERE d.id = x)
   AND NOT EXISTS (SELECT 1 FROM outbox_messages_archive a WHERE a.id = x);
+
+-- name: ArchiveDefaultPrune
+-- $1 the default partition's name, $2 the start of the oldest month the
+-- archive keeps. Removes the default partition's rows dated before it and
+-- records per tenant what went (outbox_history_gaps), as a dropped month
+-- partition does.
+WITH gone AS (
+  DELETE FROM outbox_messages_archive_default WHERE occurred_at < $2
+  RETURNING tenant_id, occurred_at
+)
+INSERT INTO outbox_history_gaps (partition_name, tenant_id, rows_dropped, oldest, newest)
+SELECT $1, tenant_id, count(*), min(occurred_at), max(occurred_at)
+FROM gone
+GROUP BY tenant_id
+ON CONFLICT (partition_name, tenant_id) DO UPDATE
+SET rows_dropped = outbox_history_gaps.rows_dropped + EXCLUDED.rows_dropped,
+    oldest = LEAST(outbox_history_gaps.oldest, EXCLUDED.oldest),
+    newest = GREATEST(outbox_history_gaps.newest, EXCLUDED.newest),
+    dropped_at = now();
 
 -- name: ArchivePartitionLock
 -- Serialises archive partition creation between processes.
