@@ -17,7 +17,8 @@ SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true);
 -- A claim is one statement: a window (OutboxClaimPollWindow or
 -- OutboxClaimByIDWindow) followed by OutboxClaimTail. Its cost is O(window):
 -- each row costs one backward probe of the pending-only aggregate index (its
--- predecessor) and one primary-key probe of outbox_aggregate_leases, however
+-- predecessor), one probe of the holds' index, the length of its payload
+-- (the byte bound) and one primary-key probe of outbox_aggregate_leases, however
 -- many events its aggregate has pending and however large the backlog
 -- (docs/adr/0012). The one exception: rows behind a failed event, which the
 -- window reads past (one probe of the holds' index each) until the retry.
