@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -644,5 +645,68 @@ func TestRebuildIntoAnEmptyGraphThenSync(t *testing.T) {
 	}
 	if delivered[event] != 1 {
 		t.Errorf("the change after the rebuild (outbox row %d) was delivered %d times, want 1", event, delivered[event])
+	}
+}
+
+// halfApplied is a projector whose first chunk of several events Neo4j
+// drops after half of it committed: the rest comes back ErrNotApplied, as
+// the projector reports a connection lost mid-chunk.
+type halfApplied struct {
+	relay.Sink
+	broke atomic.Bool
+}
+
+func (s *halfApplied) Deliver(ctx context.Context, batch []relay.Message) (map[int64]error, error) {
+	if len(batch) < 2 || s.broke.Swap(true) {
+		return s.Sink.Deliver(ctx, batch)
+	}
+	half := len(batch) / 2
+	rejected, err := s.Sink.Deliver(ctx, batch[:half])
+	if err != nil {
+		return nil, err
+	}
+	if rejected == nil {
+		rejected = map[int64]error{}
+	}
+	for _, m := range batch[half:] {
+		rejected[m.ID] = fmt.Errorf("%w: connection to Neo4j lost", relay.ErrNotApplied)
+	}
+	return rejected, nil
+}
+
+// A replay chunk that Neo4j applied only in part (the connection went after
+// some of its transactions committed) is delivered again, the unapplied
+// part only: nothing is left to the sweep, and the graph is what sync gave.
+func TestReplayDeliversAgainWhatNeo4jLeftUnapplied(t *testing.T) {
+	pool, driver := stack(t)
+	startSync(t, pool, driver, "sync-unapplied")
+	tenant := writeWorkload(t, pool, driver, workload.Config{Seed: 23, Tenants: 1, Orders: 120, Writers: 2})[0]
+	waitCaughtUp(t, pool)
+	synced := dump(t, driver, tenant)
+	teststack.CleanGraph(t, driver, tenant)
+
+	inner, err := projector.New(driver, projector.Config{}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &halfApplied{Sink: inner}
+	b, err := New(pool, driver, Config{TenantID: tenant, Source: SourceReplay, ChunkSize: 200, Sink: sink,
+		RecheckAfter: 200 * time.Millisecond}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sink.broke.Load() {
+		t.Fatal("no chunk was delivered in part")
+	}
+	requireNoDrift(t, res, "replay after a chunk applied in part")
+	if res.NotApplied != 0 || len(res.Repaired) > 0 {
+		t.Errorf("%d events not applied (%s), the sweep repaired %v; want every event replayed", res.NotApplied, res.FirstRejection, res.Repaired)
+	}
+	if got := dump(t, driver, tenant); full(got) != full(synced) {
+		t.Errorf("the replayed graph differs from the synced one\nsynced:\n%s\nreplayed:\n%s", full(synced), full(got))
 	}
 }

@@ -16,8 +16,10 @@ import (
 
 // replay re-applies the scope's processed history through the sink, a chunk
 // at a time in (created_xid, id) order, from the checkpoint on. Rows still
-// pending are the running sync's and are passed over. An event the sink
-// rejects is counted; the sweep re-projects its aggregate from the rows.
+// pending are the running sync's and are passed over. Events Neo4j left
+// unapplied after part of a chunk committed are delivered again
+// (retryNotApplied). An event the sink rejects is counted; the sweep
+// re-projects its aggregate from the rows.
 func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) error {
 	var filter *int64
 	if b.cfg.TenantID != 0 {
@@ -84,6 +86,9 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 		// Every return below waits for the look-ahead first.
 		rejected, err := b.deliverChunk(ctx, c, prep)
 		<-lookedAhead
+		if err == nil {
+			rejected, err = b.retryNotApplied(ctx, c.batch, rejected)
+		}
 		if len(c.batch) > 0 {
 			if err != nil {
 				return fmt.Errorf("replay events up to outbox id %d: %w", c.last.ID, err)
@@ -120,6 +125,46 @@ func (b *Rebuilder) deliverChunk(ctx context.Context, c historyChunk, prep prepa
 		send = func(ctx context.Context) (map[int64]error, error) { return prep.DeliverPrepared(ctx, c.prepared) }
 	}
 	return b.deliver(ctx, send)
+}
+
+// retryNotApplied delivers again, in their order, the events of batch the
+// sink left unapplied because Neo4j failed after part of the chunk had
+// committed (relay.ErrNotApplied): they are no fault of theirs, and a replay
+// that moved on would leave them to the sweep. It tries a few times while
+// each try applies some; what is still unapplied then is counted, as any
+// rejection.
+func (b *Rebuilder) retryNotApplied(ctx context.Context, batch []relay.Message, rejected map[int64]error) (map[int64]error, error) {
+	for try := 0; try < 5; try++ {
+		var again []relay.Message
+		for _, m := range batch {
+			if errors.Is(rejected[m.ID], relay.ErrNotApplied) {
+				again = append(again, m)
+			}
+		}
+		if len(again) == 0 {
+			return rejected, nil
+		}
+		b.log.Warn("replay: Neo4j left events of a chunk unapplied; delivering them again",
+			zap.Int("events", len(again)), zap.Int64("first_outbox_id", again[0].ID))
+		more, err := b.deliver(ctx, func(ctx context.Context) (map[int64]error, error) { return b.cfg.Sink.Deliver(ctx, again) })
+		if err != nil {
+			return rejected, err
+		}
+		progressed := false
+		for _, m := range again {
+			if reason, ok := more[m.ID]; ok {
+				rejected[m.ID] = reason
+				progressed = progressed || !errors.Is(reason, relay.ErrNotApplied)
+			} else {
+				delete(rejected, m.ID)
+				progressed = true
+			}
+		}
+		if !progressed {
+			break
+		}
+	}
+	return rejected, nil
 }
 
 // historyChunk is one read of the history: the processed events (prepared
