@@ -233,6 +233,14 @@ func testDeferredEventsBackOff(t *testing.T, mode WakeMode) {
 		defer mu.Unlock()
 		return len(tries) >= 7
 	})
+	// The gauges show the waiting aggregate and how long it has waited.
+	stats, err := ReadStats(context.Background(), h.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.WaitingAggregates != 1 || stats.LongestWaitSeconds <= 0 {
+		t.Errorf("gauges while one aggregate waits: %d waiting, longest %.3fs", stats.WaitingAggregates, stats.LongestWaitSeconds)
+	}
 	// A wait never exceeds DependencyWaitMax.
 	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND available_at > now() + $2::interval`, waitingID.Load(), waitMax); n != 0 {
 		t.Errorf("the waiting event is due later than %s from now", waitMax)
@@ -267,6 +275,9 @@ func testDeferredEventsBackOff(t *testing.T, mode WakeMode) {
 	})
 	if n := h.count(`SELECT count(*) FROM outbox_aggregate_leases WHERE tenant_id = 1 AND aggregate_id = 1`); n != 0 {
 		t.Errorf("the applied aggregate kept its lease row (and its time of first deferral)")
+	}
+	if stats, err := ReadStats(context.Background(), h.pool); err != nil || stats.WaitingAggregates != 0 || stats.LongestWaitSeconds != 0 {
+		t.Errorf("gauges once nothing waits: %+v, %v", stats, err)
 	}
 	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE last_error IS NOT NULL OR attempts > 1`); n != 0 {
 		t.Errorf("%d rows carry a failure after only waiting", n)

@@ -91,6 +91,10 @@ var (
 		"Rows in outbox_messages_dlq.", nil, nil)
 	blockedDesc = prometheus.NewDesc("outbox_blocked_aggregates",
 		"Aggregates whose pending events wait behind a failing event.", nil, nil)
+	waitingDesc = prometheus.NewDesc("outbox_waiting_aggregates",
+		"Aggregates whose next event waits for another aggregate's events (an order whose product is not in the graph), uncounted.", nil, nil)
+	longestWaitDesc = prometheus.NewDesc("outbox_longest_wait_seconds",
+		"How long the aggregate waiting longest for another aggregate's events has waited (0 when none waits).", nil, nil)
 	statsUpDesc = prometheus.NewDesc("outbox_stats_up",
 		"1 when the outbox gauges could be read from PostgreSQL at this scrape.", nil, nil)
 )
@@ -103,6 +107,8 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- lagDesc
 	ch <- dlqDepthDesc
 	ch <- blockedDesc
+	ch <- waitingDesc
+	ch <- longestWaitDesc
 	ch <- statsUpDesc
 }
 
@@ -116,6 +122,8 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, stats.LagSeconds)
 	ch <- prometheus.MustNewConstMetric(dlqDepthDesc, prometheus.GaugeValue, float64(stats.DLQDepth))
 	ch <- prometheus.MustNewConstMetric(blockedDesc, prometheus.GaugeValue, float64(stats.BlockedAggregates))
+	ch <- prometheus.MustNewConstMetric(waitingDesc, prometheus.GaugeValue, float64(stats.WaitingAggregates))
+	ch <- prometheus.MustNewConstMetric(longestWaitDesc, prometheus.GaugeValue, stats.LongestWaitSeconds)
 }
 
 // Stats is the outbox's state as the gauges report it.
@@ -123,6 +131,10 @@ type Stats struct {
 	LagSeconds        float64
 	DLQDepth          int64
 	BlockedAggregates int64
+	// WaitingAggregates wait for another aggregate's events (deferred);
+	// LongestWaitSeconds is how long the first of them has waited.
+	WaitingAggregates  int64
+	LongestWaitSeconds float64
 }
 
 // ReadStats reads the outbox gauges, within 5 seconds.
@@ -130,7 +142,8 @@ func ReadStats(ctx context.Context, pool *pgxpool.Pool) (Stats, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var s Stats
-	err := pool.QueryRow(ctx, gsql.Query("OutboxStats")).Scan(&s.LagSeconds, &s.DLQDepth, &s.BlockedAggregates)
+	err := pool.QueryRow(ctx, gsql.Query("OutboxStats")).Scan(&s.LagSeconds, &s.DLQDepth, &s.BlockedAggregates,
+		&s.WaitingAggregates, &s.LongestWaitSeconds)
 	return s, err
 }
 

@@ -252,7 +252,8 @@ func printSummary(ctx context.Context, out io.Writer, pool *pgxpool.Pool, driver
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "outbox: lag %.1fs, DLQ %d, blocked aggregates %d\n", stats.LagSeconds, stats.DLQDepth, stats.BlockedAggregates)
+	fmt.Fprintf(out, "outbox: lag %.1fs, DLQ %d, blocked aggregates %d, waiting aggregates %d\n",
+		stats.LagSeconds, stats.DLQDepth, stats.BlockedAggregates, stats.WaitingAggregates)
 	return nil
 }
 

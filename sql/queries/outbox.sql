@@ -336,7 +336,8 @@ SELECT min(occurred_at) FROM outbox_messages WHERE isfinite(occurred_at);
 
 -- name: OutboxStats
 -- For the gauges: lag of the oldest pending row (the claim index gives the
--- lowest pending id cheaply), DLQ depth, and aggregates blocked by a failing row.
+-- lowest pending id cheaply), DLQ depth, aggregates blocked by a failing row,
+-- and aggregates waiting for another aggregate's events.
 -- A pending row at infinity (the relay dead-letters it) is passed over: now()
 -- minus it is an error, which would blank every gauge, and the rows behind
 -- it still count.
@@ -348,7 +349,12 @@ SELECT
   (SELECT count(*) FROM (
      SELECT DISTINCT tenant_id, aggregate_type, aggregate_id
      FROM outbox_messages
-     WHERE processed_at IS NULL AND last_error IS NOT NULL) blocked);
+     WHERE processed_at IS NULL AND last_error IS NOT NULL) blocked),
+  -- Aggregates waiting for another aggregate's events (deferred, migration
+  -- 0010), and for how long the longest has waited. The lease table holds
+  -- only aggregates in flight or held back: a few rows.
+  (SELECT count(*) FROM outbox_aggregate_leases WHERE deferred_since IS NOT NULL),
+  coalesce(extract(epoch FROM now() - (SELECT min(deferred_since) FROM outbox_aggregate_leases)), 0)::float8;
 
 -- name: OffsetRead
 -- Gap-free offset reader (relay/offsets.go) and graphsync rebuild's replay.
