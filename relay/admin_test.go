@@ -403,3 +403,35 @@ func TestRetentionArchivesDespiteAPartitionItCannotCreate(t *testing.T) {
 		t.Errorf("archived %d rows, want 1: archiving stopped at the partition error", report.Archived)
 	}
 }
+
+// "Caught up" (sync --until-caught-up) passes over an aggregate that has
+// waited for another aggregate's events for longer than it is told: the
+// event it waits for is in the DLQ or never came, and nothing pending can
+// bring it. One that has waited less still flows, as does any other row.
+func TestCaughtUpPassesOverLongWaits(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	ctx := context.Background()
+	h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`})
+	if _, err := h.pool.Exec(ctx, `INSERT INTO outbox_aggregate_leases (tenant_id, aggregate_type, aggregate_id, locked_by, locked_until, deferred_since)
+		VALUES (1, 'Order', 1, 'held back', now() + interval '30 seconds', now() - interval '2 minutes')`); err != nil {
+		t.Fatal(err)
+	}
+	flowing := func(waited time.Duration) bool {
+		t.Helper()
+		f, err := PendingFlowing(ctx, h.pool, waited)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	if flowing(time.Minute) {
+		t.Error("an aggregate waiting 2 minutes counts as flowing when told 1 minute")
+	}
+	if !flowing(time.Hour) {
+		t.Error("an aggregate waiting 2 minutes counts as caught up when told 1 hour")
+	}
+	h.insertCommitted(event{1, "Order", 2, "OrderPlaced", `{}`})
+	if !flowing(time.Minute) {
+		t.Error("another aggregate's pending row does not count as flowing")
+	}
+}

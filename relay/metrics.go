@@ -148,10 +148,12 @@ func ReadStats(ctx context.Context, pool *pgxpool.Pool) (Stats, error) {
 }
 
 // PendingFlowing reports whether any pending row is neither failing nor
-// waiting behind a failing row of its aggregate; false means caught up.
-func PendingFlowing(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+// waiting behind a failing row of its aggregate, nor of an aggregate that
+// has waited for another aggregate's events for longer than waited (the
+// event it waits for is in the DLQ, or never came); false means caught up.
+func PendingFlowing(ctx context.Context, pool *pgxpool.Pool, waited time.Duration) (bool, error) {
 	var flowing bool
-	if err := pool.QueryRow(ctx, gsql.Query("OutboxPendingFlowing")).Scan(&flowing); err != nil {
+	if err := pool.QueryRow(ctx, gsql.Query("OutboxPendingFlowing"), waited).Scan(&flowing); err != nil {
 		return false, fmt.Errorf("check pending outbox rows: %w", err)
 	}
 	return flowing, nil

@@ -1,13 +1,12 @@
 package relay
 
 import (
-	"time"
-
 	"context"
 	"fmt"
 	"sort"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"

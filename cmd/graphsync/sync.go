@@ -70,7 +70,7 @@ func (f *syncFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.retention.KeepArchive, "keep-archive", 90*24*time.Hour, "retention: drop archive partitions wholly older than this (as graphsync retention); replay needs the history it keeps")
 	fs.DurationVar(&f.driftEvery, "drift-check-every", 0, "run a sampled drift check this often and export graphsync_drift gauges; 0 disables")
 	fs.Float64Var(&f.driftSample, "drift-sample", 0.1, "share of keys the periodic drift check compares, in (0, 1]")
-	fs.BoolVar(&f.untilCaughtUp, "until-caught-up", false, "exit 0 once every event that can flow has been applied (for demos and batch runs)")
+	fs.BoolVar(&f.untilCaughtUp, "until-caught-up", false, "exit 0 once every event that can flow has been applied (for demos and batch runs); an event that has waited for another aggregate's for longer than --dependency-wait-max cannot")
 	fs.BoolVar(&f.notifyTrigger, "notify-trigger", true, "notify mode: install the outbox NOTIFY trigger at start")
 	fs.IntVar(&f.projector.Limits.MaxPayloadBytes, "max-payload-bytes", events.DefaultMaxPayloadBytes, "an event whose payload is larger is rejected (and ends in the DLQ) naming the limit")
 	fs.IntVar(&f.projector.Limits.MaxOrderLines, "max-order-lines", events.DefaultMaxOrderLines, "an OrderPlaced with more lines is rejected (and ends in the DLQ) naming the limit")
@@ -223,7 +223,7 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
 	}
 	if f.untilCaughtUp {
 		tasks.Go(func(context.Context) error {
-			waitCaughtUp(runCtx, pgPool, log)
+			waitCaughtUp(runCtx, pgPool, rel.Config().DependencyWaitMax, log)
 			cancelRun()
 			return nil
 		})
@@ -237,8 +237,9 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
 }
 
 // waitCaughtUp returns once no pending event can flow (every one left is
-// failing or behind a failing one) or ctx is done.
-func waitCaughtUp(ctx context.Context, pgPool *pgxpool.Pool, log *zap.Logger) {
+// failing or behind a failing one, or its aggregate has waited for another
+// aggregate's events for longer than waited) or ctx is done.
+func waitCaughtUp(ctx context.Context, pgPool *pgxpool.Pool, waited time.Duration, log *zap.Logger) {
 	ticker := time.NewTicker(200 * time.Millisecond)
 	defer ticker.Stop()
 	for {
@@ -247,7 +248,7 @@ func waitCaughtUp(ctx context.Context, pgPool *pgxpool.Pool, log *zap.Logger) {
 			return
 		case <-ticker.C:
 		}
-		flowing, err := relay.PendingFlowing(ctx, pgPool)
+		flowing, err := relay.PendingFlowing(ctx, pgPool, waited)
 		if err != nil {
 			log.Warn("could not check progress", zap.String("error", redactText(err.Error())))
 			continue

@@ -401,8 +401,11 @@ DO UPDATE SET last_processed_id = EXCLUDED.last_processed_id,
 
 -- name: OutboxPendingFlowing
 -- Is any pending row neither failing nor waiting behind a failing row of its
--- aggregate? false means the relay has caught up with everything it can.
--- EXISTS stops at the first such row: a count would read a whole backlog.
+-- aggregate, nor of an aggregate that has waited for another aggregate's
+-- events for longer than $1 (deferred_since, migration 0010: an order whose
+-- product's event is in the DLQ)? false means the relay has caught up with
+-- everything it can. EXISTS stops at the first such row: a count would read
+-- a whole backlog.
 SELECT EXISTS (
   SELECT 1
   FROM outbox_messages o
@@ -414,7 +417,13 @@ SELECT EXISTS (
         AND e.aggregate_id = o.aggregate_id
         AND e.processed_at IS NULL
         AND e.last_error IS NOT NULL
-      OFFSET 0));
+      OFFSET 0)
+    AND NOT EXISTS (
+      SELECT 1 FROM outbox_aggregate_leases l
+      WHERE l.tenant_id = o.tenant_id
+        AND l.aggregate_type = o.aggregate_type
+        AND l.aggregate_id = o.aggregate_id
+        AND l.deferred_since < now() - $1::interval));
 
 -- name: OutboxNotVisible
 -- Of the ids a replication stream named, those this snapshot cannot see yet:
