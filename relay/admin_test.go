@@ -405,17 +405,25 @@ func TestRetentionArchivesDespiteAPartitionItCannotCreate(t *testing.T) {
 }
 
 // "Caught up" (sync --until-caught-up) passes over an aggregate that has
-// waited for another aggregate's events for longer than it is told: the
-// event it waits for is in the DLQ or never came, and nothing pending can
-// bring it. One that has waited less still flows, as does any other row.
+// waited for another aggregate's events for longer than it is told, and was
+// deferred again after the last row anything applied: the event it waits for
+// is in the DLQ or never came, and nothing pending can bring it. One that has
+// waited less still flows, as does one deferred before a row was applied
+// (that row may be what it waits for), and any other row.
 func TestCaughtUpPassesOverLongWaits(t *testing.T) {
 	h := newHarness(t, WakePoll)
 	ctx := context.Background()
-	h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`})
-	if _, err := h.pool.Exec(ctx, `INSERT INTO outbox_aggregate_leases (tenant_id, aggregate_type, aggregate_id, locked_by, locked_until, deferred_since)
-		VALUES (1, 'Order', 1, 'held back', now() + interval '30 seconds', now() - interval '2 minutes')`); err != nil {
-		t.Fatal(err)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := h.pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
 	}
+	applied := h.insertCommitted(event{1, "Order", 9, "OrderPlaced", `{}`})
+	exec(`UPDATE outbox_messages SET processed_at = now() - interval '10 seconds' WHERE id = $1`, applied)
+	h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`})
+	exec(`INSERT INTO outbox_aggregate_leases (tenant_id, aggregate_type, aggregate_id, locked_by, locked_until, deferred_since, deferred_at)
+		VALUES (1, 'Order', 1, 'held back', now() + interval '30 seconds', now() - interval '2 minutes', now() - interval '1 second')`)
 	flowing := func(waited time.Duration) bool {
 		t.Helper()
 		f, err := PendingFlowing(ctx, h.pool, waited)
@@ -425,11 +433,16 @@ func TestCaughtUpPassesOverLongWaits(t *testing.T) {
 		return f
 	}
 	if flowing(time.Minute) {
-		t.Error("an aggregate waiting 2 minutes counts as flowing when told 1 minute")
+		t.Error("an aggregate waiting 2 minutes, deferred after the last row applied, counts as flowing when told 1 minute")
 	}
 	if !flowing(time.Hour) {
 		t.Error("an aggregate waiting 2 minutes counts as caught up when told 1 hour")
 	}
+	exec(`UPDATE outbox_messages SET processed_at = now() WHERE id = $1`, applied)
+	if !flowing(time.Minute) {
+		t.Error("an aggregate deferred before a row was applied (perhaps the one it waits for) counts as caught up")
+	}
+	exec(`UPDATE outbox_messages SET processed_at = now() - interval '10 seconds' WHERE id = $1`, applied)
 	h.insertCommitted(event{1, "Order", 2, "OrderPlaced", `{}`})
 	if !flowing(time.Minute) {
 		t.Error("another aggregate's pending row does not count as flowing")

@@ -285,6 +285,89 @@ func testDeferredEventsBackOff(t *testing.T, mode WakeMode) {
 	sink.checkOrder(t)
 }
 
+// Two aggregates deferred in one batch, one that has waited long and one
+// that just started: the settle wakes the worker when the first is due, and
+// when that drain ends the worker still looks again when the other's hold
+// runs out. Polls are an hour away.
+func TestEveryDeferredRowIsLookedAtWhenDue(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	var longReady atomic.Bool
+	var longID, shortID atomic.Int64
+	var mu sync.Mutex
+	var longTries []time.Time
+	shortDeferred := false
+	var together atomic.Bool
+	sink := newRecordingSink()
+	sink.hold = func(_ context.Context, batch []Message) {
+		ids := map[int64]bool{}
+		for _, m := range batch {
+			ids[m.ID] = true
+		}
+		if ids[longID.Load()] && ids[shortID.Load()] {
+			together.Store(true)
+		}
+	}
+	sink.reject = func(m Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case m.ID == longID.Load() && !longReady.Load():
+			longTries = append(longTries, time.Now())
+			return fmt.Errorf("product 9 is not in the graph yet: %w", ErrDeferred)
+		case m.ID == shortID.Load() && !shortDeferred:
+			shortDeferred = true
+			return fmt.Errorf("product 8 is not in the graph yet: %w", ErrDeferred)
+		}
+		return nil
+	}
+	cfg := h.config("relay-every-hold")
+	cfg.PollInterval, cfg.FallbackPollInterval = time.Hour, time.Hour
+	cfg.DependencyWait, cfg.DependencyWaitMax = 40*time.Millisecond, 600*time.Millisecond
+	longID.Store(h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`}))
+	h.start(sink, cfg)
+	tries := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(longTries)
+	}
+	eventually(t, 20*time.Second, "the long wait grown", func() bool { return tries() >= 6 })
+	// Written while the first aggregate is held, due when it is: the next
+	// claim, when that hold runs out, takes both.
+	eventually(t, 10*time.Second, "the second aggregate written while the first is held", func() bool {
+		var id int64
+		err := h.pool.QueryRow(context.Background(), `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload, available_at)
+			SELECT 2, 'Order', 2, 'OrderPlaced', '{}', m.available_at
+			FROM outbox_messages m
+			WHERE m.id = $1 AND m.locked_by IS NULL AND m.available_at > now() + interval '100 milliseconds'
+			RETURNING id`, longID.Load()).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		shortID.Store(id)
+		return true
+	})
+	eventually(t, 20*time.Second, "the short wait's aggregate applied", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND processed_at IS NOT NULL`, shortID.Load()) == 1
+	})
+	mu.Lock()
+	if !shortDeferred {
+		t.Error("the second aggregate was never deferred")
+	}
+	mu.Unlock()
+	before := tries()
+	eventually(t, 10*time.Second, "the long-waiting aggregate tried again after the other was applied", func() bool { return tries() > before })
+	longReady.Store(true)
+	eventually(t, 10*time.Second, "the long-waiting aggregate applied", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND processed_at IS NOT NULL`, longID.Load()) == 1
+	})
+	if !together.Load() {
+		t.Error("the two aggregates were never in one batch: the test proves nothing")
+	}
+}
+
 func containsID(ms []Message, id int64) bool {
 	for _, m := range ms {
 		if m.ID == id {

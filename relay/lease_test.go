@@ -92,3 +92,60 @@ func TestALateSettleTouchesOnlyItsOwnClaim(t *testing.T) {
 			marked, h.count(`SELECT count(*) FROM outbox_aggregate_leases`))
 	}
 }
+
+// An aggregate waiting for another aggregate's events keeps how long it has
+// waited when a batch of it is handed back (Neo4j unavailable, a split-down,
+// a claim ahead given up): its lease becomes a hold that has run out, which
+// the next claim takes over. Applied, it forgets. The batch mixes it with
+// another aggregate, whose lease simply ends.
+func TestHandedBackAggregateKeepsItsWait(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	ctx := context.Background()
+	waiting := h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`})
+	other := h.insertCommitted(event{1, "Order", 2, "OrderPlaced", `{}`})
+	w := &store{pool: h.pool, relayID: "worker-w/0", cfg: Config{BatchSize: 10, Lease: time.Minute, MaxAttempts: 5,
+		DependencyWait: time.Millisecond, DependencyWaitMax: time.Millisecond}.withDefaults()}
+	claim := func(want int) claimed {
+		t.Helper()
+		var c claimed
+		eventually(t, 10*time.Second, "a claim", func() bool {
+			var err error
+			if c, err = w.OutboxClaim(ctx, 10); err != nil {
+				t.Fatal(err)
+			}
+			return len(c.messages) == want
+		})
+		return c
+	}
+	c := claim(2)
+	if _, _, err := w.OutboxSettle(ctx, c.holder, settlement{applied: []int64{other}, deferred: []int64{waiting}}, c.aggregates); err != nil {
+		t.Fatal(err)
+	}
+	var since time.Time
+	if err := h.pool.QueryRow(ctx, `SELECT deferred_since FROM outbox_aggregate_leases WHERE aggregate_id = 1`).Scan(&since); err != nil {
+		t.Fatal(err)
+	}
+	other2 := h.insertCommitted(event{1, "Order", 2, "OrderConfirmed", `{}`})
+	c = claim(2)
+	if _, _, err := w.OutboxSettle(ctx, c.holder, settlement{released: []int64{waiting, other2}}, c.aggregates); err != nil {
+		t.Fatal(err)
+	}
+	var kept time.Time
+	var by string
+	if err := h.pool.QueryRow(ctx, `SELECT deferred_since, locked_by FROM outbox_aggregate_leases WHERE aggregate_id = 1 AND locked_until <= now()`).Scan(&kept, &by); err != nil {
+		t.Fatalf("the waiting aggregate's lease after the hand-back: %v", err)
+	}
+	if !kept.Equal(since) || by != "held back" {
+		t.Errorf("after the hand-back: deferred_since %v by %q, want %v by a hold", kept, by, since)
+	}
+	if n := h.count(`SELECT count(*) FROM outbox_aggregate_leases WHERE aggregate_id = 2`); n != 0 {
+		t.Errorf("the other aggregate kept its lease after the hand-back")
+	}
+	c = claim(2)
+	if _, _, err := w.OutboxSettle(ctx, c.holder, settlement{applied: []int64{waiting, other2}}, c.aggregates); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.count(`SELECT count(*) FROM outbox_aggregate_leases`); n != 0 {
+		t.Errorf("%d lease rows after both aggregates were applied", n)
+	}
+}

@@ -32,6 +32,10 @@ type worker struct {
 	// each batch that failed with no event singled out, so a batch that
 	// keeps failing is split down to single events (see Sink).
 	limit int
+	// holdTimer wakes the worker when the first hold runs out (holdAt);
+	// only the worker's goroutine sets them (wakeForHolds).
+	holdTimer *time.Timer
+	holdAt    time.Time
 	// rewake asks this worker to look for due rows again (deferred rows
 	// become due after DependencyWait, before any poll would find them).
 	rewake chan struct{}
@@ -112,6 +116,37 @@ func (r *worker) work(ctx context.Context, wake <-chan struct{}, stream <-chan s
 	}
 }
 
+// wakeForHolds makes the worker look for due rows again when the first hold
+// (a row deferred or failed, and its aggregate's rows behind it) runs out:
+// a settle wakes the worker when the first row it deferred is due, but the
+// other rows of that batch, and holds of other relays, may be due later, and
+// the next poll may be far (stream mode's fallback poll: 30 s). One timer
+// per worker, for the earliest hold.
+func (r *worker) wakeForHolds(ctx context.Context) {
+	d, ok, err := r.store.NextHoldEnds(ctx)
+	if err != nil {
+		r.log.Debug("could not read when the next hold runs out", zap.String("error", redactLog(err.Error())))
+		return
+	}
+	if !ok {
+		return
+	}
+	at := time.Now().Add(d)
+	if r.holdTimer != nil && r.holdAt.After(time.Now()) && !r.holdAt.After(at) {
+		return // an earlier wake-up is set
+	}
+	if r.holdTimer != nil {
+		r.holdTimer.Stop()
+	}
+	r.holdAt = at
+	r.holdTimer = time.AfterFunc(d, func() {
+		select {
+		case r.rewake <- struct{}{}:
+		default:
+		}
+	})
+}
+
 // wakeAfter makes the worker look for due rows again after d.
 func (r *worker) wakeAfter(d time.Duration) {
 	time.AfterFunc(d, func() {
@@ -188,6 +223,7 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 				continue
 			}
 			if c.taken() == 0 {
+				r.wakeForHolds(ctx)
 				return
 			}
 		}
@@ -425,8 +461,11 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 				}
 			}
 		}
-		if len(left) > 0 && 2*tookBytes >= r.cfg.MaxBatchBytes {
+		switch {
+		case len(left) > 0 && 2*tookBytes >= r.cfg.MaxBatchBytes:
 			byteLimit = max(1, 2*len(took))
+		case len(left) == 0 && byteLimit > 0:
+			byteLimit *= 2 // it took its whole chunk: grow back
 		}
 		ids = append(left, ids[len(chunk):]...)
 	}

@@ -261,6 +261,19 @@ func scanMessage(row pgx.CollectableRow, window *int64) (m Message, problem erro
 	return m, problem, last.String, nil
 }
 
+// NextHoldEnds says how long until the first hold of an aggregate runs out
+// (false when none is in place).
+func (s *store) NextHoldEnds(ctx context.Context) (time.Duration, bool, error) {
+	var seconds *float64
+	if err := s.pool.QueryRow(ctx, gsql.Query("OutboxNextHoldEnds")).Scan(&seconds); err != nil {
+		return 0, false, fmt.Errorf("read when the next hold runs out: %w", err)
+	}
+	if seconds == nil {
+		return 0, false, nil
+	}
+	return max(0, time.Duration(*seconds*float64(time.Second))), true, nil
+}
+
 // OutboxNotVisible returns the ids this snapshot cannot see (yet).
 func (s *store) OutboxNotVisible(ctx context.Context, ids []int64) ([]int64, error) {
 	var unseen []int64

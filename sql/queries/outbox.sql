@@ -165,7 +165,8 @@ RETURNING m.id, m.tenant_id, m.aggregate_type, m.aggregate_id, m.event_type,
 -- $6/$7/$8 the batch's aggregates
 -- (tenant ids, types, ids), whose aggregate leases end here, except those
 -- of deferred rows: their leases become holds until the rows are due (see
--- OutboxRecordFailure).
+-- OutboxRecordFailure), and those of aggregates that wait for another
+-- aggregate's events and had nothing applied: they keep deferred_since.
 -- Returns how many applied rows were marked, and in how many seconds the
 -- first deferred row is due (NULL when none was deferred).
 WITH marked AS (
@@ -193,7 +194,8 @@ WITH marked AS (
 ), held AS (
   UPDATE outbox_aggregate_leases l
   SET locked_by = 'held back', locked_until = d.until,
-      deferred_since = CASE WHEN d.progressed THEN now() ELSE coalesce(l.deferred_since, now()) END
+      deferred_since = CASE WHEN d.progressed THEN now() ELSE coalesce(l.deferred_since, now()) END,
+      deferred_at = now()
   FROM (SELECT d.tenant_id, d.aggregate_type, d.aggregate_id, max(d.available_at) AS until,
                EXISTS (SELECT 1 FROM marked a
                        WHERE a.tenant_id = d.tenant_id AND a.aggregate_type = d.aggregate_type
@@ -209,6 +211,25 @@ WITH marked AS (
     AND NOT EXISTS (
       SELECT 1 FROM deferred d
       WHERE d.tenant_id = a.tenant_id AND d.aggregate_type = a.aggregate_type AND d.aggregate_id = a.aggregate_id)
+    AND (l.deferred_since IS NULL OR EXISTS (
+      SELECT 1 FROM marked m
+      WHERE m.tenant_id = a.tenant_id AND m.aggregate_type = a.aggregate_type AND m.aggregate_id = a.aggregate_id))
+), still_waiting AS (
+  -- A waiting aggregate whose batch was handed back (Neo4j unavailable, a
+  -- split-down, a claim ahead given up) keeps how long it has waited: its
+  -- lease becomes a hold that has already run out.
+  UPDATE outbox_aggregate_leases l
+  SET locked_by = 'held back', locked_until = now()
+  FROM unnest($6::bigint[], $7::text[], $8::bigint[]) AS a(tenant_id, aggregate_type, aggregate_id)
+  WHERE l.tenant_id = a.tenant_id AND l.aggregate_type = a.aggregate_type
+    AND l.aggregate_id = a.aggregate_id AND l.locked_by = $4
+    AND l.deferred_since IS NOT NULL
+    AND NOT EXISTS (
+      SELECT 1 FROM deferred d
+      WHERE d.tenant_id = a.tenant_id AND d.aggregate_type = a.aggregate_type AND d.aggregate_id = a.aggregate_id)
+    AND NOT EXISTS (
+      SELECT 1 FROM marked m
+      WHERE m.tenant_id = a.tenant_id AND m.aggregate_type = a.aggregate_type AND m.aggregate_id = a.aggregate_id)
 )
 SELECT (SELECT count(*) FROM marked),
        (SELECT extract(epoch FROM min(available_at) - now())::float8 FROM deferred);
@@ -403,8 +424,9 @@ DO UPDATE SET last_processed_id = EXCLUDED.last_processed_id,
 -- Is any pending row neither failing nor waiting behind a failing row of its
 -- aggregate, nor of an aggregate that has waited for another aggregate's
 -- events for longer than $1 (deferred_since, migration 0010: an order whose
--- product's event is in the DLQ)? false means the relay has caught up with
--- everything it can. EXISTS stops at the first such row: a count would read
+-- product's event is in the DLQ) and was deferred again after the last row
+-- anything applied (deferred_at): an event applied since may be what it
+-- waits for. false means the relay has caught up with everything it can. EXISTS stops at the first such row: a count would read
 -- a whole backlog.
 SELECT EXISTS (
   SELECT 1
@@ -423,7 +445,15 @@ SELECT EXISTS (
       WHERE l.tenant_id = o.tenant_id
         AND l.aggregate_type = o.aggregate_type
         AND l.aggregate_id = o.aggregate_id
-        AND l.deferred_since < now() - $1::interval));
+        AND l.deferred_since < now() - $1::interval
+        AND l.deferred_at > coalesce((SELECT max(processed_at) FROM outbox_messages), '-infinity')));
+
+-- name: OutboxNextHoldEnds
+-- In how many seconds the first hold runs out (NULL: none in place). The
+-- holds' partial index holds only holds: a few rows.
+SELECT extract(epoch FROM min(locked_until) - now())::float8
+FROM outbox_aggregate_leases
+WHERE locked_by = 'held back' AND locked_until >= now();
 
 -- name: OutboxNotVisible
 -- Of the ids a replication stream named, those this snapshot cannot see yet:
