@@ -10,3 +10,10 @@
 -- minute, not one a second.
 ALTER TABLE outbox_aggregate_leases ADD COLUMN deferred_since TIMESTAMPTZ;
 ALTER TABLE outbox_aggregate_leases ADD COLUMN deferred_at TIMESTAMPTZ;
+
+-- The waiting aggregates, by holder: the settle finds its claim's waiting
+-- aggregates here, and the gauges count them. Only waiting aggregates are in
+-- it, a few rows; the other leases never enter it.
+CREATE INDEX outbox_aggregate_leases_waiting_idx
+  ON outbox_aggregate_leases (locked_by)
+  WHERE deferred_since IS NOT NULL;

@@ -218,18 +218,18 @@ WITH marked AS (
   -- A waiting aggregate whose batch was handed back (Neo4j unavailable, a
   -- split-down, a claim ahead given up) keeps how long it has waited: its
   -- lease becomes a hold that has already run out.
+  -- The claim's leases are those it holds; the waiting ones are found
+  -- through their own small index (migration 0010), not by a probe per
+  -- aggregate of the batch.
   UPDATE outbox_aggregate_leases l
   SET locked_by = 'held back', locked_until = now()
-  FROM unnest($6::bigint[], $7::text[], $8::bigint[]) AS a(tenant_id, aggregate_type, aggregate_id)
-  WHERE l.tenant_id = a.tenant_id AND l.aggregate_type = a.aggregate_type
-    AND l.aggregate_id = a.aggregate_id AND l.locked_by = $4
-    AND l.deferred_since IS NOT NULL
+  WHERE l.locked_by = $4 AND l.deferred_since IS NOT NULL
     AND NOT EXISTS (
       SELECT 1 FROM deferred d
-      WHERE d.tenant_id = a.tenant_id AND d.aggregate_type = a.aggregate_type AND d.aggregate_id = a.aggregate_id)
+      WHERE d.tenant_id = l.tenant_id AND d.aggregate_type = l.aggregate_type AND d.aggregate_id = l.aggregate_id)
     AND NOT EXISTS (
       SELECT 1 FROM marked m
-      WHERE m.tenant_id = a.tenant_id AND m.aggregate_type = a.aggregate_type AND m.aggregate_id = a.aggregate_id)
+      WHERE m.tenant_id = l.tenant_id AND m.aggregate_type = l.aggregate_type AND m.aggregate_id = l.aggregate_id)
 )
 SELECT (SELECT count(*) FROM marked),
        (SELECT extract(epoch FROM min(available_at) - now())::float8 FROM deferred);
