@@ -550,24 +550,15 @@ func testClaimsStayWithinTheByteBound(t *testing.T, mode WakeMode) {
 		})
 	}
 	filler := strings.Repeat("x", 6_000)
-	var ids []int64
-	err := pgx.BeginFunc(context.Background(), h.pool, func(tx pgx.Tx) error {
-		for i := range 24 {
-			payload := fmt.Sprintf(`{"n": %d, "filler": %q}`, i, filler)
-			if i == 10 {
-				payload = fmt.Sprintf(`{"n": %d, "filler": %q}`, i, strings.Repeat("y", 2*bound))
-			}
-			id, err := insert(context.Background(), tx, event{1, "Order", int64(i % 4), "OrderConfirmed", payload})
-			if err != nil {
-				return err
-			}
-			ids = append(ids, id)
+	var events []event
+	for i := range 24 {
+		payload := fmt.Sprintf(`{"n": %d, "filler": %q}`, i, filler)
+		if i == 10 {
+			payload = fmt.Sprintf(`{"n": %d, "filler": %q}`, i, strings.Repeat("y", 2*bound))
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		events = append(events, event{1, "Order", int64(i % 4), "OrderConfirmed", payload})
 	}
+	ids := h.insertTogether(events...)
 	eventually(t, 20*time.Second, "every row applied", func() bool {
 		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = ANY($1) AND processed_at IS NOT NULL`, ids) == int64(len(ids))
 	})

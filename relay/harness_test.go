@@ -143,16 +143,28 @@ func insert(ctx context.Context, tx pgx.Tx, e event) (int64, error) {
 
 func (h *harness) insertCommitted(e event) int64 {
 	h.t.Helper()
-	var id int64
+	return h.insertTogether(e)[0]
+}
+
+// insertTogether writes events in one transaction (one commit, one stream
+// batch) and returns their ids in order.
+func (h *harness) insertTogether(events ...event) []int64 {
+	h.t.Helper()
+	var ids []int64
 	err := pgx.BeginFunc(context.Background(), h.pool, func(tx pgx.Tx) error {
-		var err error
-		id, err = insert(context.Background(), tx, e)
-		return err
+		for _, e := range events {
+			id, err := insert(context.Background(), tx, e)
+			if err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return nil
 	})
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return id
+	return ids
 }
 
 // count runs a counting query.

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -285,20 +284,11 @@ func (c *capturedLogs) entries(msg string) []string {
 // last_error, and delivered once the sink is back.
 func TestIssue12PartlyAppliedBatch(t *testing.T) {
 	h := newHarness(t, WakePoll)
-	var ids []int64
-	err := pgx.BeginFunc(context.Background(), h.pool, func(tx pgx.Tx) error {
-		for i := range 8 {
-			id, err := insert(context.Background(), tx, event{1, "Order", int64(i), "OrderConfirmed", `{}`})
-			if err != nil {
-				return err
-			}
-			ids = append(ids, id)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	var events []event
+	for i := range 8 {
+		events = append(events, event{1, "Order", int64(i), "OrderConfirmed", `{}`})
 	}
+	ids := h.insertTogether(events...)
 	var mu sync.Mutex
 	calls := 0
 	applied := map[int64]int{}
