@@ -333,35 +333,15 @@ func BenchmarkRelayDrain(b *testing.B) {
 // how many events an aggregate has pending (docs/adr/0012): the ratio is the
 // figure to watch.
 func BenchmarkClaimDepth(b *testing.B) {
-	ctx := context.Background()
 	median := func(h *harness, pending, aggregates int) float64 {
-		exec := func(sql string, args ...any) {
-			if _, err := h.pool.Exec(ctx, sql, args...); err != nil {
-				b.Fatalf("%s: %v", sql, err)
-			}
-		}
 		// Interleaved, as producers write: the first 500 ids hold a few
 		// events of each deep aggregate, each behind its predecessor.
-		exec(`INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
+		h.exec(`INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
 			SELECT 1, 'Product', g % $2, 'ProductRepriced', '{"price_cents": 100}' FROM generate_series(0, $1 - 1) g`, pending, aggregates)
-		exec(`VACUUM ANALYZE outbox_messages`)
+		h.exec(`VACUUM ANALYZE outbox_messages`)
 		s := &store{pool: h.pool, relayID: "bench", cfg: Config{BatchSize: 500, Lease: 15 * time.Second, MaxAttempts: 1 << 14}.withDefaults()}
-		var took []float64
-		for r := 0; r < 20; r++ {
-			start := time.Now()
-			c, err := s.OutboxClaim(ctx, s.cfg.BatchSize)
-			took = append(took, float64(time.Since(start).Microseconds())/1000)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if len(c.messages) != 500 {
-				b.Fatalf("claimed %d rows, want 500", len(c.messages))
-			}
-			exec(`UPDATE outbox_messages SET locked_by = NULL, locked_until = NULL, attempts = 0 WHERE id = ANY($1)`, messageIDs(c.messages))
-			exec(`DELETE FROM outbox_aggregate_leases`)
-		}
+		took := claimRounds(b, h, s, s.cfg.BatchSize)
 		b.Logf("pending %d in %d aggregates, rounds (ms): %.1f", pending, aggregates, took)
-		sort.Float64s(took)
 		return percentile(took, 0.5)
 	}
 	for i := 0; i < b.N; i++ {
@@ -370,6 +350,66 @@ func BenchmarkClaimDepth(b *testing.B) {
 		b.ReportMetric(shallow, "claim_ms_10k_backlog")
 		b.ReportMetric(deep, "claim_ms_1M_pending_10k_deep")
 		b.ReportMetric(deep/shallow, "deep/shallow")
+	}
+}
+
+// claimRounds times 20 claims of limit rows by s, each of which must take
+// limit rows; after each the rows and aggregates are released uncounted, so
+// that every round claims the same backlog. The times come back sorted, in
+// milliseconds.
+func claimRounds(b *testing.B, h *harness, s *store, limit int) []float64 {
+	var took []float64
+	for r := 0; r < 20; r++ {
+		start := time.Now()
+		c, err := s.OutboxClaim(context.Background(), limit)
+		took = append(took, float64(time.Since(start).Microseconds())/1000)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(c.messages) != limit {
+			b.Fatalf("claimed %d rows, want %d", len(c.messages), limit)
+		}
+		h.exec(`UPDATE outbox_messages SET locked_by = NULL, locked_until = NULL, attempts = 0 WHERE id = ANY($1)`, messageIDs(c.messages))
+		h.exec(`DELETE FROM outbox_aggregate_leases`)
+	}
+	s.stats.wait()
+	sort.Float64s(took)
+	return took
+}
+
+// BenchmarkClaimAfterOutage: statistics taken while a sync kept up (1M
+// processed rows, none pending), then a backlog of 100k rows in 35k
+// aggregates, as an outage leaves it; autovacuum is off, so that only the
+// relay can bring the statistics up to date. The median of 20 claims of
+// 2,000 rows by a relay that keeps the planner's statistics current
+// (docs/adr/0015) and by one that does not, each on its own database.
+func BenchmarkClaimAfterOutage(b *testing.B) {
+	median := func(keep bool) float64 {
+		h := newHarness(b, WakePoll)
+		produce := func(rows int, processed bool) {
+			h.exec(`INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload, processed_at)
+				SELECT 1, 'Order', g % 35000, 'OrderConfirmed', '{"status": "confirmed"}', CASE WHEN $2 THEN now() END
+				FROM generate_series(1, $1) g`, rows, processed)
+		}
+		h.exec(`ALTER TABLE outbox_messages SET (autovacuum_enabled = false)`)
+		produce(1_000_000, true)
+		h.exec(`VACUUM ANALYZE outbox_messages`)
+		produce(100_000, false)
+		cfg := Config{BatchSize: 500, Lease: 15 * time.Second, MaxAttempts: 1 << 14}.withDefaults()
+		s := &store{pool: h.pool, relayID: "bench", cfg: cfg}
+		if keep {
+			s.stats = newStatistics(h.pool, zap.NewNop(), cfg)
+		}
+		took := claimRounds(b, h, s, cfg.BacklogBatchSize)
+		b.Logf("statistics kept current %v, claims (ms, sorted): %.1f", keep, took)
+		return percentile(took, 0.5)
+	}
+	for i := 0; i < b.N; i++ {
+		stale := median(false)
+		kept := median(true)
+		b.ReportMetric(stale, "claim_ms_stale_statistics")
+		b.ReportMetric(kept, "claim_ms_statistics_kept")
+		b.ReportMetric(stale/kept, "stale/kept")
 	}
 }
 

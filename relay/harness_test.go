@@ -167,6 +167,14 @@ func (h *harness) insertTogether(events ...event) []int64 {
 	return ids
 }
 
+// exec runs a statement of the test's own set-up, failing the test on an error.
+func (h *harness) exec(sql string, args ...any) {
+	h.t.Helper()
+	if _, err := h.pool.Exec(context.Background(), sql, args...); err != nil {
+		h.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
 // count runs a counting query.
 func (h *harness) count(query string, args ...any) int64 {
 	h.t.Helper()

@@ -19,6 +19,7 @@ type Relay struct {
 	log     *zap.Logger
 	metrics *Metrics
 	health  *health
+	stats   *statistics
 }
 
 // worker is one claim-deliver loop, named relay id + "/" + index. Each of
@@ -57,9 +58,10 @@ func New(pool *pgxpool.Pool, sink Sink, cfg Config, log *zap.Logger, metrics *Me
 	if metrics == nil {
 		metrics = NewMetrics()
 	}
+	log = log.With(zap.String("relay_id", cfg.ID))
 	return &Relay{
-		cfg: cfg, pool: pool, sink: sink, log: log.With(zap.String("relay_id", cfg.ID)), metrics: metrics,
-		health: &health{metrics: metrics},
+		cfg: cfg, pool: pool, sink: sink, log: log, metrics: metrics,
+		health: &health{metrics: metrics}, stats: newStatistics(pool, log, cfg),
 	}, nil
 }
 
@@ -83,11 +85,13 @@ func (r *Relay) Run(ctx context.Context) error {
 			// One worker takes the stream, so its rows go out in commit order.
 			stream = waker.stream
 		}
-		w := &worker{Relay: r, store: &store{pool: r.pool, relayID: fmt.Sprintf("%s/%d", r.cfg.ID, i), cfg: r.cfg},
+		w := &worker{Relay: r, store: &store{pool: r.pool, relayID: fmt.Sprintf("%s/%d", r.cfg.ID, i), cfg: r.cfg, stats: r.stats},
 			limit: r.cfg.BatchSize, rewake: make(chan struct{}, 1)}
 		workers.Go(func(context.Context) error { return w.work(ctx, wake, stream) })
 	}
-	return workers.Wait()
+	err = workers.Wait()
+	r.stats.wait()
+	return err
 }
 
 // work is one claim-deliver loop: on a wake-up it drains what is due; on a
@@ -139,22 +143,21 @@ func (r *worker) wakeForHolds(ctx context.Context) {
 		r.holdTimer.Stop()
 	}
 	r.holdAt = at
-	r.holdTimer = time.AfterFunc(d, func() {
-		select {
-		case r.rewake <- struct{}{}:
-		default:
-		}
-	})
+	r.holdTimer = time.AfterFunc(d, r.rewakeNow)
 }
 
 // wakeAfter makes the worker look for due rows again after d.
 func (r *worker) wakeAfter(d time.Duration) {
-	time.AfterFunc(d, func() {
-		select {
-		case r.rewake <- struct{}{}:
-		default:
-		}
-	})
+	time.AfterFunc(d, r.rewakeNow)
+}
+
+// rewakeNow asks the worker to look for due rows again; a request already
+// waiting covers it.
+func (r *worker) rewakeNow() {
+	select {
+	case r.rewake <- struct{}{}:
+	default:
+	}
 }
 
 // drain claims and delivers until a claim takes nothing. A claim that took
@@ -429,7 +432,7 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 		took := map[int64]bool{}
 		var tookBytes int64
 		err := r.pass(ctx, func(ctx context.Context) (claimed, error) {
-			c, err := r.store.OutboxClaimByID(ctx, chunk)
+			c, err := r.store.OutboxClaimByID(ctx, chunk, len(ids) > len(chunk))
 			for _, ms := range [][]Message{c.messages, c.unreadable} {
 				for _, m := range ms {
 					took[m.ID] = true

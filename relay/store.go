@@ -24,6 +24,8 @@ type store struct {
 	relayID string
 	claims  atomic.Uint64
 	cfg     Config
+	// stats is the relay's keeper of the planner's statistics (nil: none).
+	stats *statistics
 }
 
 // nextHolder is the lease identity of one claim. Every statement that ends
@@ -105,16 +107,24 @@ var (
 
 // OutboxClaim claims up to limit due rows in id order.
 func (s *store) OutboxClaim(ctx context.Context, limit int) (claimed, error) {
-	return s.claim(ctx, claimPollSQL, limit)
+	c, err := s.claim(ctx, claimPollSQL, limit)
+	// A full window is a backlog, also when the limit was cut below a batch
+	// (large events, a suspect batch split down).
+	s.stats.afterClaim(ctx, err == nil && c.window >= min(limit, s.cfg.BatchSize))
+	return c, err
 }
 
 // OutboxClaimByID claims the rows a replication stream named; the messages come
-// back in the order of ids (commit order).
-func (s *store) OutboxClaimByID(ctx context.Context, ids []int64) (claimed, error) {
+// back in the order of ids (commit order). more: rows the stream named wait
+// behind these (ids is a chunk of them).
+func (s *store) OutboxClaimByID(ctx context.Context, ids []int64, more bool) (claimed, error) {
 	c, err := s.claim(ctx, claimByIDSQL, ids)
 	if err != nil {
 		return c, err
 	}
+	// A backlog, as in OutboxClaim: a whole batch, or a chunk cut below one
+	// that came back full.
+	s.stats.afterClaim(ctx, c.window >= s.cfg.BatchSize || (more && c.window >= len(ids)))
 	rank := make(map[int64]int, len(ids))
 	for i, id := range ids {
 		if _, seen := rank[id]; !seen {

@@ -426,8 +426,8 @@ DO UPDATE SET last_processed_id = EXCLUDED.last_processed_id,
 -- events for longer than $1 (deferred_since, migration 0010: an order whose
 -- product's event is in the DLQ) and was deferred again after the last row
 -- anything applied (deferred_at): an event applied since may be what it
--- waits for. false means the relay has caught up with everything it can. EXISTS stops at the first such row: a count would read
--- a whole backlog.
+-- waits for. false means the relay has caught up with everything it can.
+-- EXISTS stops at the first such row: a count would read a whole backlog.
 SELECT EXISTS (
   SELECT 1
   FROM outbox_messages o
@@ -454,6 +454,29 @@ SELECT EXISTS (
 SELECT extract(epoch FROM min(locked_until) - now())::float8
 FROM outbox_aggregate_leases
 WHERE locked_by = 'held back' AND locked_until >= now();
+
+-- name: OutboxPendingPlanned
+-- How many pending rows the planner expects, from the outbox's statistics
+-- (the plan's "Plan Rows"): what the claim's plan is made for.
+-- docs/adr/0015.
+EXPLAIN (FORMAT JSON) SELECT 1 FROM outbox_messages WHERE processed_at IS NULL;
+
+-- name: OutboxPendingUpTo
+-- $1 a number of rows: how many rows are pending, counted up to it.
+SELECT count(*) FROM (
+  SELECT 1 FROM outbox_messages WHERE processed_at IS NULL LIMIT $1) pending;
+
+-- name: OutboxAnalyzeCount
+-- How many times the outbox was analyzed, by hand or by autovacuum.
+SELECT pg_stat_get_analyze_count('outbox_messages'::regclass)
+     + pg_stat_get_autoanalyze_count('outbox_messages'::regclass);
+
+-- name: OutboxAnalyze
+-- Brings the planner's statistics of the outbox up to date from a sample of
+-- rows (up to 30,000 at the default statistics target, however large the
+-- table). SKIP_LOCKED: a VACUUM or ANALYZE already running (autovacuum's)
+-- makes it a no-op, with a warning, rather than a wait.
+ANALYZE (SKIP_LOCKED) outbox_messages;
 
 -- name: OutboxNotVisible
 -- Of the ids a replication stream named, those this snapshot cannot see yet:

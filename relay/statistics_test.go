@@ -1,0 +1,138 @@
+package relay
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	gsql "graphsync/sql"
+)
+
+// TestClaimBringsStaleStatisticsUpToDate: the planner's statistics of the
+// outbox were taken while nothing was pending (a sync that kept up), then a
+// backlog arrives, as after an outage. The relay's first claims find it and
+// ANALYZE the table once, so that the claim's plan knows of the backlog
+// (docs/adr/0015); a smaller backlog later, with statistics that expect
+// pending rows, analyzes nothing. Autovacuum is off for the test's outbox,
+// so only the relay can bring the statistics up to date.
+func TestClaimBringsStaleStatisticsUpToDate(t *testing.T) {
+	for _, mode := range []WakeMode{WakePoll, WakeStream} {
+		t.Run(string(mode), func(t *testing.T) { testClaimBringsStaleStatisticsUpToDate(t, mode) })
+	}
+}
+
+func testClaimBringsStaleStatisticsUpToDate(t *testing.T, mode WakeMode) {
+	h := newHarness(t, mode)
+	ctx := context.Background()
+	// How many times the outbox was analyzed, and how many rows were
+	// pending at the last ANALYZE (the claim index's reltuples; nothing
+	// here runs VACUUM).
+	analyzed := func() int64 { return h.count(gsql.Query("OutboxAnalyzeCount")) }
+	sawPending := func() float64 {
+		var n float64
+		if err := h.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'outbox_messages_claim_idx'::regclass`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// produce writes n events of 40 aggregates, interleaved, in one
+	// transaction; processed writes them as the relay's marks would leave them.
+	produce := func(n int, processed bool) {
+		t.Helper()
+		h.exec(`INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload, processed_at)
+			SELECT 1 + g % 2, 'Order', g % 40, 'OrderConfirmed', '{}', CASE WHEN $2 THEN now() END
+			FROM generate_series(1, $1) g`, n, processed)
+	}
+	h.exec(`ALTER TABLE outbox_messages SET (autovacuum_enabled = false)`)
+	produce(400, true)
+	h.exec(`ANALYZE outbox_messages`)
+	if got := sawPending(); got != 0 {
+		t.Fatalf("before the backlog the last ANALYZE saw %.0f pending rows, want 0", got)
+	}
+	before := analyzed()
+
+	cfg := h.config("stats")
+	floor := statisticsBehindBatches * cfg.BatchSize // behind at 0 expected rows
+	sink := newRecordingSink()
+	first, stop := h.startRelay(sink, cfg)
+	produce(10*floor, false)
+	eventually(t, 60*time.Second, "the backlog applied", func() bool { return len(sink.applied()) == 10*floor })
+	sink.checkOrder(t)
+	sink.checkViolations(t)
+	eventually(t, 30*time.Second, "the relay's check", func() bool { return first.stats.checks.Load() > 0 })
+	stop()
+	if got := analyzed(); got != before+1 {
+		t.Fatalf("the outbox was analyzed %d times during a backlog the statistics did not know of, want once", got-before)
+	}
+	// The check runs beside the drain: its ANALYZE saw the backlog.
+	if got := sawPending(); got < float64(2*floor) {
+		t.Fatalf("the relay's ANALYZE saw %.0f pending rows of a backlog of %d", got, 10*floor)
+	}
+
+	// Statistics that expect a backlog are not behind a smaller one, even
+	// one past the floor: a second check analyzes nothing. A relay checks
+	// at most every statisticsCheckEvery, so a new relay makes it.
+	again, stop := h.startRelay(sink, h.config("stats-again"))
+	produce(floor+floor/5, false)
+	eventually(t, 60*time.Second, "the second batch applied", func() bool { return len(sink.applied()) == 10*floor+floor+floor/5 })
+	eventually(t, 30*time.Second, "the second relay's check", func() bool { return again.stats.checks.Load() > 0 })
+	stop()
+	if got := analyzed(); got != before+1 {
+		t.Fatalf("a relay analyzed the outbox although its statistics expected more rows than were pending (%d analyses, want 1)", got-before)
+	}
+}
+
+// TestStatisticsWarnOnlyWhenAnalyzeKeepsFailing: an ANALYZE that
+// SKIP_LOCKED passes over (a VACUUM, or another relay's ANALYZE, holds the
+// table) changes nothing, and PostgreSQL says so only in a notice. One such
+// check is not worth a warning (another relay may be analyzing); a second
+// in a row is. Once the table is free the check analyzes and says so.
+func TestStatisticsWarnOnlyWhenAnalyzeKeepsFailing(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	ctx := context.Background()
+	h.exec(`ALTER TABLE outbox_messages SET (autovacuum_enabled = false)`)
+	h.exec(`ANALYZE outbox_messages`)
+	cfg := h.config("stats").withDefaults()
+	h.exec(`INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
+		SELECT 1, 'Order', g % 40, 'OrderConfirmed', '{}' FROM generate_series(1, $1) g`, 2*statisticsBehindBatches*cfg.BatchSize)
+	// Another session holds the lock an ANALYZE or VACUUM takes.
+	holder, err := h.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, `LOCK TABLE outbox_messages IN SHARE UPDATE EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	s := newStatistics(h.pool, zap.New(core), cfg)
+	warned := func() int {
+		return logs.FilterLevelExact(zap.WarnLevel).FilterMessageSnippet("ANALYZE did not run").Len()
+	}
+	analyzed := func() int { return logs.FilterMessageSnippet("analyzed the table").Len() }
+
+	if err := s.refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if warned() != 0 || analyzed() != 0 {
+		t.Fatalf("after one check that could not analyze: %d warnings, %d analyses logged; want none", warned(), analyzed())
+	}
+	if err := s.refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if warned() != 1 || analyzed() != 0 {
+		t.Fatalf("after two checks in a row that could not analyze: %d warnings, %d analyses logged; want 1 warning", warned(), analyzed())
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if analyzed() != 1 || s.notAnalyzed != 0 {
+		t.Fatalf("with the table free: %d analyses logged (want 1), %d failed checks counted (want 0)", analyzed(), s.notAnalyzed)
+	}
+}
