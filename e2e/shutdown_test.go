@@ -91,6 +91,16 @@ func TestShutdown(t *testing.T) {
 
 		p.signal(termSignal)
 		s.expectStillRunning(p, time.Second, "with its batch still in flight after SIGTERM (drain timeout 60s)")
+		// The relay claims the next batch while Neo4j applies the blocked
+		// one, so the rows it abandons are those leased at the second
+		// signal: the blocked batch and the one claimed ahead, which may
+		// have come after the first look.
+		abandoned := s.leasedIDs(p.relayID)
+		for _, id := range leased {
+			if _, found := slices.BinarySearch(abandoned, id); !found {
+				t.Fatalf("row %d of the blocked batch is no longer leased by %s before the second signal (leased: %v)", id, p.relayID, abandoned)
+			}
+		}
 		p.signal(termSignal)
 		secondAt := time.Now()
 		code, ok := p.waitExit(3 * time.Second)
@@ -106,8 +116,8 @@ func TestShutdown(t *testing.T) {
 		if processed := s.processedIDs(); len(processed) != 0 {
 			t.Fatalf("rows %v were marked processed although their batch never committed", processed)
 		}
-		if n := s.leasedBy(p.relayID); n != int64(len(leased)) {
-			t.Errorf("%d rows leased by %s after it stopped; want its abandoned batch of %d (the lease runs out)", n, p.relayID, len(leased))
+		if after := s.leasedIDs(p.relayID); !slices.Equal(after, abandoned) {
+			t.Errorf("rows %v leased by %s after it stopped; want the %d rows it held at the second signal, %v (their lease runs out)", after, p.relayID, len(abandoned), abandoned)
 		}
 		s.catchUpAndCheck(committed)
 	})
@@ -184,14 +194,8 @@ func (s *stack) waitBlockedInFlight(p *syncProc) []int64 {
 	p.waitReadyz(s.t, http.StatusOK, startTimeout)
 	var leased []int64
 	waitUntil(s.t, startTimeout, p.name+" to claim a batch", func() (bool, string) {
-		ctx, cancel := queryCtx()
-		defer cancel()
-		rows, err := s.pool.Query(ctx, `SELECT id FROM outbox_messages WHERE split_part(locked_by, '/', 1) = $1 AND processed_at IS NULL ORDER BY id`, p.relayID)
-		if err != nil {
-			return false, err.Error()
-		}
-		leased, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
+		var err error
+		if leased, err = s.queryLeasedIDs(p.relayID); err != nil {
 			return false, err.Error()
 		}
 		return len(leased) > 0, "no row leased yet"
@@ -200,6 +204,26 @@ func (s *stack) waitBlockedInFlight(p *syncProc) []int64 {
 		s.t.Fatalf("rows %v were processed although the tenant node was locked", processed)
 	}
 	return leased
+}
+
+// leasedIDs lists, in order, the pending rows relayID holds leased.
+func (s *stack) leasedIDs(relayID string) []int64 {
+	s.t.Helper()
+	ids, err := s.queryLeasedIDs(relayID)
+	if err != nil {
+		s.t.Fatalf("rows leased by %s: %v", relayID, err)
+	}
+	return ids
+}
+
+func (s *stack) queryLeasedIDs(relayID string) ([]int64, error) {
+	ctx, cancel := queryCtx()
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `SELECT id FROM outbox_messages WHERE split_part(locked_by, '/', 1) = $1 AND processed_at IS NULL ORDER BY id`, relayID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
 }
 
 // expectStillRunning fails the test if p exits within d.
@@ -230,13 +254,7 @@ func (s *stack) processedIDs() []int64 {
 // one on, if it ran out).
 func (s *stack) leasedBy(relayID string) int64 {
 	s.t.Helper()
-	ctx, cancel := queryCtx()
-	defer cancel()
-	var n int64
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_messages WHERE split_part(locked_by, '/', 1) = $1 AND processed_at IS NULL`, relayID).Scan(&n); err != nil {
-		s.t.Fatalf("leased rows: %v", err)
-	}
-	return n
+	return int64(len(s.leasedIDs(relayID)))
 }
 
 // catchUpAndCheck starts a new relay, waits until it has relayed
