@@ -26,7 +26,7 @@ const chaosQueryEvery = 3 * time.Millisecond
 
 // TestChaos runs, for each wake mode, one scenario while the workload
 // generator writes: SIGKILL the relay and restart it, twice; run two relays
-// at once and SIGKILL each; stop Neo4j for a while (/readyz must answer 503
+// at once and SIGKILL, twice, one holding a batch while the other runs; stop Neo4j for a while (/readyz must answer 503
 // and nothing may be marked processed); restart PostgreSQL (the relay must
 // reconnect, and in stream mode resume its slot); plant poison events. Then,
 // caught up, the graph must equal what PostgreSQL says, no event may be
@@ -52,27 +52,42 @@ func runChaos(t *testing.T, wake string) {
 	var killedInFlight int64
 	for i := range 2 {
 		s.waitProcessedBeyond(s.mustCounts().processed+150, time.Minute, "the relay to make progress before SIGKILL")
-		killedInFlight += s.killInFlight(a)
+		_, n := s.killInFlight(a)
+		killedInFlight += n
 		s.checkMarkedWereApplied(fmt.Sprintf("after SIGKILL %d", i+1))
 		a = s.startSync("a", nil, args...)
 	}
 
-	// Two relays at once; each is killed while the other runs.
+	// Two relays at once; each kill hits a relay holding a batch while the
+	// other runs. In stream mode only the relay holding the slot claims
+	// (the other serves the fallback poll, which the stream leaves next to
+	// nothing), so the kill goes to whichever holds a batch: a if it does
+	// the first time, b the second. The survivor carries on alone as a.
 	b := s.startSync("b", nil, args...)
 	b.waitReadyz(t, http.StatusOK, startTimeout)
 	s.waitProcessedBeyond(s.mustCounts().processed+300, time.Minute, "progress with two relays")
-	killedInFlight += s.killInFlight(a)
-	s.checkMarkedWereApplied("after SIGKILL of a with b running")
-	a = s.startSync("a", nil, args...)
-	a.waitReadyz(t, http.StatusOK, startTimeout)
+	victim, n := s.killInFlight(a, b)
+	killedInFlight += n
+	s.checkMarkedWereApplied("after SIGKILL of " + victim.name + " with another relay running")
+	if victim == a {
+		a = s.startSync("a", nil, args...)
+		a.waitReadyz(t, http.StatusOK, startTimeout)
+	} else {
+		b = s.startSync("b", nil, args...)
+		b.waitReadyz(t, http.StatusOK, startTimeout)
+	}
 	s.waitProcessedBeyond(s.mustCounts().processed+150, time.Minute, "progress with two relays")
 	for _, p := range []*syncProc{a, b} {
 		if n, err := p.metric("outbox_throughput"); err == nil {
 			s.logf("%s has marked %.0f rows processed", p.name, n)
 		}
 	}
-	killedInFlight += s.killInFlight(b)
-	s.checkMarkedWereApplied("after SIGKILL of b with a running")
+	victim, n = s.killInFlight(b, a)
+	killedInFlight += n
+	s.checkMarkedWereApplied("after SIGKILL of " + victim.name + " with another relay running")
+	if victim == a {
+		a = b
+	}
 	if killedInFlight == 0 {
 		t.Errorf("no SIGKILL hit a relay with a batch in flight")
 	}

@@ -130,17 +130,29 @@ func (s *stack) kill(p *syncProc) {
 	s.logf("killed %s (SIGKILL)", p.name)
 }
 
-// killInFlight waits until p holds leased rows, SIGKILLs it at once and
-// returns how many rows its lease still covers (the batch it died with).
-func (s *stack) killInFlight(p *syncProc) int64 {
+// killInFlight waits until one of ps holds leased rows (looking at them in
+// the order given), SIGKILLs that one at once and returns it with how many
+// rows its lease still covers (the batch it died with).
+func (s *stack) killInFlight(ps ...*syncProc) (*syncProc, int64) {
 	s.t.Helper()
-	waitUntil(s.t, time.Minute, p.name+" to hold a batch", func() (bool, string) {
-		return s.leasedBy(p.relayID) > 0, "no row leased"
+	var busy *syncProc
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = p.name
+	}
+	waitUntil(s.t, time.Minute, strings.Join(names, " or ")+" to hold a batch", func() (bool, string) {
+		for _, p := range ps {
+			if s.leasedBy(p.relayID) > 0 {
+				busy = p
+				return true, ""
+			}
+		}
+		return false, "no row leased"
 	})
-	s.kill(p)
-	inFlight := s.leasedBy(p.relayID)
-	s.logf("%s died with %d rows in flight", p.name, inFlight)
-	return inFlight
+	s.kill(busy)
+	inFlight := s.leasedBy(busy.relayID)
+	s.logf("%s died with %d rows in flight", busy.name, inFlight)
+	return busy, inFlight
 }
 
 func (p *syncProc) exitDescription() string {
