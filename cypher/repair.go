@@ -27,8 +27,7 @@ func RepairNodeText(m graphmodel.Model, label string) (string, error) {
 	var b strings.Builder
 	b.WriteString("UNWIND $rows AS row\n")
 	if l.Tombstone != "" {
-		fmt.Fprintf(&b, "OPTIONAL MATCH (t:%s {%s: row.tenant_id, %s: row.id})\nWITH row, t\nWHERE t IS NULL\n",
-			l.Tombstone, graphmodel.KeyTenantID, graphmodel.KeyID)
+		fmt.Fprintf(&b, "OPTIONAL MATCH %s\nWITH row, t\nWHERE t IS NULL\n", keyLookup("t", l.Tombstone))
 	}
 	fmt.Fprintf(&b, "MERGE (n:%s {%s: row.tenant_id, %s: row.id})\n", l.Name, graphmodel.KeyTenantID, graphmodel.KeyID)
 	fmt.Fprintf(&b, "ON CREATE SET n.%s = row.version, n.%s = 0\n", graphmodel.PropVersion, graphmodel.PropOutboxID)
@@ -57,10 +56,10 @@ func RepairNodeText(m graphmodel.Model, label string) (string, error) {
 
 // RemoveTombstonedText deletes nodes of label given as rows {tenant_id, id}
 // that have a tombstone: run after RepairNodeText in the same transaction.
-// RepairNodeText reads the tombstone before it locks the node, and sees only
-// committed ones: a delete of the same node still open then holds the node's
-// key, so its MERGE waits for it and, once the delete has committed, makes
-// the node anew beside the tombstone. Read now, the tombstone is committed.
+// RepairNodeText reads the tombstone under its key's lock (keyLookup), so it
+// waits for a delete of the node still open and then leaves the node alone;
+// this statement is the second line behind that read, on the same locking
+// lookups: whatever node of a tombstoned key the repair made, it removes.
 // A statement of its own: a delete in RepairNodeText's statement makes
 // Neo4j plan another Eager over every row (ADR 0003).
 func RemoveTombstonedText(m graphmodel.Model, label string) (string, error) {
@@ -68,8 +67,8 @@ func RemoveTombstonedText(m graphmodel.Model, label string) (string, error) {
 	if !ok || l.Tombstone == "" {
 		return "", fmt.Errorf("repair: %q is not a deletable label of the model", label)
 	}
-	return fmt.Sprintf("UNWIND $rows AS row\nMATCH (:%s {%s: row.tenant_id, %s: row.id})\nMATCH (n:%s {%s: row.tenant_id, %s: row.id})\nDETACH DELETE n\nRETURN count(*) AS applied",
-		l.Tombstone, graphmodel.KeyTenantID, graphmodel.KeyID, l.Name, graphmodel.KeyTenantID, graphmodel.KeyID), nil
+	return fmt.Sprintf("UNWIND $rows AS row\nMATCH %s\nMATCH %s\nDETACH DELETE n\nRETURN count(*) AS applied",
+		keyLookup("t", l.Tombstone), keyLookup("n", l.Name)), nil
 }
 
 // RepairRelText merges relationships of type typ from rows {tenant_id,

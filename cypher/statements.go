@@ -118,12 +118,23 @@ func (b *Builder) Texts() []string {
 // the other transaction committed. Setting an empty map takes the lock and
 // writes nothing; unlike setting a label or a key again, it plans no Eager.
 // Every statement that writes a node under a guard locks it first
-// (TestGuardsSeeConcurrentWrites). Two reads stay outside the rule: a
-// Single relationship's clear and merge read their From node, which the
-// same transaction's upsert locked already; and a tombstone that does not
-// exist yet has nothing to lock (after a repair, RemoveTombstonedText reads
-// it again; the event upsert does not, see ADR 0003).
+// (TestGuardsSeeConcurrentWrites). A Single relationship's clear and merge
+// read their From node outside the rule: the same transaction's upsert
+// locked it already. A tombstone is read through keyLookup, which waits for
+// a delete of the node still open.
 func lockNode(v string) string { return "SET " + v + " += {}\n" }
+
+// keyLookup is a MATCH pattern for variable v, the node of label with the
+// row's key, read through the key's uniqueness constraint. Every read that
+// a lock rests on (a tombstone's, a delete's of its node) uses it: in a
+// statement that writes, Neo4j seeks a unique index with a lock on the key
+// (taken also when no node has it, and waiting for a transaction that
+// writes it), while the index on id alone, which the ownership checks use,
+// is read without one. Left to itself, the planner takes either, depending
+// on its statistics (ADR 0003, stop 24).
+func keyLookup(v, label string) string {
+	return fmt.Sprintf("(%s:%s) USING INDEX %s:%s(%s, %s)", v, keyPattern(label), v, label, graphmodel.KeyTenantID, graphmodel.KeyID)
+}
 
 // guardAllows is true when row's guard orders after the node's stored one.
 func guardAllows(node string) string {
@@ -150,7 +161,7 @@ func nodeUpsertText(l graphmodel.Label) string {
 	sb.WriteString("UNWIND $rows AS row\n")
 	if l.Tombstone != "" {
 		// A tombstoned node stays deleted: the row does not even MERGE.
-		fmt.Fprintf(&sb, "OPTIONAL MATCH (t:%s)\nWITH row, t\nWHERE t IS NULL\n", keyPattern(l.Tombstone))
+		fmt.Fprintf(&sb, "OPTIONAL MATCH %s\nWITH row, t\nWHERE t IS NULL\n", keyLookup("t", l.Tombstone))
 	}
 	fmt.Fprintf(&sb, "MERGE (n:%s)\n%sFOREACH (_ IN CASE WHEN %s THEN [1] ELSE [] END |\n", keyPattern(l.Name), lockNode("n"), guardAllows("n"))
 	fmt.Fprintf(&sb, "  SET n.%s = row.version, n.%s = row.outbox_id", graphmodel.PropVersion, graphmodel.PropOutboxID)
@@ -164,8 +175,8 @@ func nodeUpsertText(l graphmodel.Label) string {
 // nodeDeleteText: the first delete writes the tombstone's guard; replays find
 // the tombstone and no node.
 func nodeDeleteText(l graphmodel.Label) string {
-	return fmt.Sprintf("UNWIND $rows AS row\nMERGE (t:%s)\nON CREATE SET t.%s = row.version, t.%s = row.outbox_id\nWITH row\nOPTIONAL MATCH (n:%s)\nDETACH DELETE n",
-		keyPattern(l.Tombstone), graphmodel.PropVersion, graphmodel.PropOutboxID, keyPattern(l.Name))
+	return fmt.Sprintf("UNWIND $rows AS row\nMERGE (t:%s)\nON CREATE SET t.%s = row.version, t.%s = row.outbox_id\nWITH row\nOPTIONAL MATCH %s\nDETACH DELETE n",
+		keyPattern(l.Tombstone), graphmodel.PropVersion, graphmodel.PropOutboxID, keyLookup("n", l.Name))
 }
 
 func endpoint(label, idField string) string {
