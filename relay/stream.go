@@ -105,14 +105,31 @@ func checkWALLevel(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-// DropStream drops the slot (it must not be in use) and the publication.
-func DropStream(ctx context.Context, pool *pgxpool.Pool, slot, publication string) error {
+// DropStream drops the slot and the publication. A slot in use is tried
+// again until wait has passed: a sync that has just stopped has closed its
+// replication connection, but PostgreSQL's walsender may not have let go of
+// the slot yet. A slot still in use after that is an error naming the
+// process that holds it.
+func DropStream(ctx context.Context, pool *pgxpool.Pool, slot, publication string, wait time.Duration) error {
 	if !validIdentifier(slot) || !validIdentifier(publication) {
 		return fmt.Errorf("slot %q and publication %q must be lower-case letters, digits and underscores", slot, publication)
 	}
-	_, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
-	if err != nil {
-		return fmt.Errorf("drop replication slot %s (stop the sync service using it first): %w", slot, err)
+	deadline := time.Now().Add(wait)
+	retry := time.NewTicker(50 * time.Millisecond)
+	defer retry.Stop()
+	for {
+		_, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		if err == nil {
+			break
+		}
+		if !isObjectInUse(err) || time.Now().After(deadline) {
+			return fmt.Errorf("drop replication slot %s (stop the sync service using it first): %w", slot, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("drop replication slot %s: %w", slot, ctx.Err())
+		case <-retry.C:
+		}
 	}
 	if _, err := pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{publication}.Sanitize()); err != nil {
 		return fmt.Errorf("drop publication %s: %w", publication, err)

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -165,12 +166,61 @@ func TestEnsureAndDropStream(t *testing.T) {
 	if err := EnsureStream(context.Background(), pool, h.slot, h.slot); err != nil {
 		t.Fatalf("ensure stream twice (2): %v", err)
 	}
-	if err := DropStream(context.Background(), pool, h.slot, h.slot); err != nil {
+	if err := DropStream(context.Background(), pool, h.slot, h.slot, 0); err != nil {
 		t.Fatal(err)
 	}
 	if h.count(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, h.slot) != 0 ||
 		h.count(`SELECT count(*) FROM pg_publication WHERE pubname = $1`, h.slot) != 0 {
 		t.Error("stream drop left the slot or the publication")
+	}
+}
+
+// Dropping the stream waits for the slot to be let go: a relay that has just
+// stopped has closed its replication connection, but PostgreSQL's walsender
+// may hold the slot a moment longer. A slot a running relay streams from is
+// an error once the wait has passed.
+func TestDropStreamWaitsForTheSlotToBeLetGo(t *testing.T) {
+	h := newHarness(t, WakeStream)
+	stop := h.start(newRecordingSink(), streamOnlyConfig(h, "relay-drop"))
+	eventually(t, 10*time.Second, "the stream connected", func() bool { return h.walsenderPID() != 0 })
+	const wait = 300 * time.Millisecond
+	began := time.Now()
+	err := DropStream(context.Background(), h.pool, h.slot, h.slot, wait)
+	if err == nil || !strings.Contains(err.Error(), "stop the sync service using it first") {
+		t.Fatalf("dropping the slot of a running relay: %v; want an error saying to stop the sync service first", err)
+	}
+	if waited := time.Since(began); waited < wait {
+		t.Errorf("dropping the slot of a running relay gave up after %s; want it to wait %s", waited, wait)
+	}
+
+	// A drop that has found the slot in use at least once, and the relay
+	// stops then: the drop succeeds.
+	var since time.Time
+	if err := h.pool.QueryRow(context.Background(), `SELECT clock_timestamp()`).Scan(&since); err != nil {
+		t.Fatal(err)
+	}
+	dropped := make(chan error, 1)
+	go func() { dropped <- DropStream(context.Background(), h.pool, h.slot, h.slot, time.Minute) }()
+	eventually(t, 10*time.Second, "the drop to find the slot in use", func() bool {
+		select {
+		case err := <-dropped:
+			t.Fatalf("the drop ended (%v) while the relay still streamed; want it to wait", err)
+		default:
+		}
+		return h.count(`SELECT count(*) FROM pg_stat_activity WHERE state = 'idle' AND query_start > $1
+			AND query LIKE 'SELECT pg_drop_replication_slot%'`, since) > 0
+	})
+	stop()
+	select {
+	case err := <-dropped:
+		if err != nil {
+			t.Fatalf("dropping the slot once its relay stopped: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the drop did not end within 30s of the relay's stop")
+	}
+	if h.count(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, h.slot) != 0 {
+		t.Error("the slot is still there")
 	}
 }
 

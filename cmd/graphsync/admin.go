@@ -129,13 +129,18 @@ func runStream(ctx context.Context, args []string) error {
 		return err
 	}
 	return conn.withPostgres(ctx, func(pool *pgxpool.Pool) error {
-		if err := relay.DropStream(ctx, pool, *slot, *publication); err != nil {
+		if err := relay.DropStream(ctx, pool, *slot, *publication, slotReleaseWait); err != nil {
 			return err
 		}
 		fmt.Printf("stream: dropped slot %s and publication %s\n", *slot, *publication)
 		return nil
 	})
 }
+
+// slotReleaseWait is how long dropping the replication slot waits for it to
+// be let go: a sync stopped just before still holds it until PostgreSQL's
+// walsender has noticed (usually milliseconds).
+const slotReleaseWait = 5 * time.Second
 
 func runNotify(ctx context.Context, args []string) error {
 	if len(args) == 0 || (args[0] != "enable" && args[0] != "disable") {

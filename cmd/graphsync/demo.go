@@ -95,7 +95,7 @@ func runDemo(ctx context.Context, args []string) error {
 	if f.relay.Wake == relay.WakeStream {
 		dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		if err := relay.DropStream(dropCtx, pool, f.relay.Slot, f.relay.Publication); err != nil {
+		if err := relay.DropStream(dropCtx, pool, f.relay.Slot, f.relay.Publication, slotReleaseWait); err != nil {
 			fmt.Fprintf(os.Stderr, "demo: %v\n", redactErr(err, f.conn.pgURL))
 		} else {
 			fmt.Printf("demo: dropped replication slot and publication %s (a slot nobody reads keeps WAL)\n", f.relay.Slot)
