@@ -149,11 +149,21 @@ func isObjectInUse(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "55006"
 }
 
+// slotReleaseGrace: see run.
+const slotReleaseGrace = 10 * time.Second
+
 // run follows the slot until ctx is done, reconnecting after errors (a
 // PostgreSQL restart, a slot held by another relay) with backoff. While it
 // cannot stream, the fallback poll keeps rows flowing.
+//
+// A slot found in use soon after this relay lost its own connection is most
+// likely still held by that connection's walsender, which PostgreSQL ends a
+// moment later: for slotReleaseGrace it is tried again with the backoff, not
+// after the fallback poll interval (30 s by default) as a slot another relay
+// holds.
 func (s *streamer) run(ctx context.Context) error {
 	backoff := newBackoff(s.r.cfg.SinkBackoff, s.r.cfg.SinkBackoffMax)
+	var lost time.Time // when a connection that streamed ended
 	for ctx.Err() == nil {
 		established := false
 		err := EnsureStream(ctx, s.r.pool, s.r.cfg.Slot, s.r.cfg.Publication)
@@ -168,9 +178,12 @@ func (s *streamer) run(ctx context.Context) error {
 			// process that lost it twenty times in its life still
 			// reconnects at once, not after the maximum.
 			backoff.reset()
+			lost = time.Now()
 		}
 		wait := backoff.next()
-		if isObjectInUse(err) {
+		if isObjectInUse(err) && time.Since(lost) < slotReleaseGrace {
+			s.log.Info("replication slot is still held, likely by the connection this relay just lost; trying again", zap.Duration("retry_in", wait))
+		} else if isObjectInUse(err) {
 			wait = s.r.cfg.FallbackPollInterval
 			s.log.Info("replication slot is held by another relay; this one serves the fallback poll", zap.Duration("retry_in", wait))
 		} else if errors.Is(err, errStreamStalled) {
@@ -188,7 +201,6 @@ func (s *streamer) run(ctx context.Context) error {
 	return nil
 }
 
-// follow runs one replication connection.
 // follow runs one replication connection. established reports whether it
 // got as far as streaming.
 func (s *streamer) follow(ctx context.Context) (established bool, err error) {

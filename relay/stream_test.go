@@ -3,6 +3,11 @@ package relay
 import (
 	"context"
 	"fmt"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -222,6 +227,68 @@ func TestDropStreamWaitsForTheSlotToBeLetGo(t *testing.T) {
 	if h.count(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, h.slot) != 0 {
 		t.Error("the slot is still there")
 	}
+}
+
+// A relay whose replication connection was cut and that finds the slot still
+// held (its old walsender has not let go yet) tries again soon, not after
+// the fallback poll interval, which is for a slot another relay holds. The
+// test stands in for the slow walsender: it takes the slot as soon as the
+// relay's connection is gone and lets go once the relay has found it held.
+func TestStreamRetriesSoonForTheSlotItJustLost(t *testing.T) {
+	h := newHarness(t, WakeStream)
+	cfg := streamOnlyConfig(h, "relay-lost") // fallback poll: an hour
+	cfg.SinkBackoff = 300 * time.Millisecond // time for the test to take the slot
+	cfg.SinkBackoffMax = time.Second
+	core, logs := observer.New(zap.InfoLevel)
+	pool, err := pgxpool.New(context.Background(), h.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	r, err := New(pool, newRecordingSink(), cfg, zap.New(core), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	}()
+	eventually(t, 10*time.Second, "the stream connected", func() bool { return h.walsenderPID() != 0 })
+
+	replConfig, err := pgconn.ParseConfig(h.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replConfig.RuntimeParams["replication"] = "database"
+	holder, err := pgconn.ConnectConfig(context.Background(), replConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	relayPID := h.walsenderPID()
+	h.count(`SELECT count(*) FROM (SELECT pg_terminate_backend($1::int)) t`, relayPID)
+	eventually(t, 10*time.Second, "the relay's walsender gone", func() bool { return h.walsenderPID() == 0 })
+	if err := pglogrepl.StartReplication(context.Background(), holder, h.slot, 0, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + h.slot + "'"},
+	}); err != nil {
+		t.Fatalf("the test could not take the slot before the relay's reconnect (backoff %s): %v", cfg.SinkBackoff, err)
+	}
+	eventually(t, 10*time.Second, "the relay to find the slot held", func() bool {
+		return logs.FilterMessageSnippet("replication slot is").Len() > 0
+	})
+	if n := logs.FilterMessageSnippet("held by another relay").Len(); n != 0 {
+		t.Errorf("the relay took the slot it had just lost for another relay's (%d times)", n)
+	}
+	holder.Close(context.Background())
+	eventually(t, 10*time.Second, "the relay streaming again", func() bool {
+		pid := h.walsenderPID()
+		return pid != 0 && pid != relayPID
+	})
 }
 
 // A stream whose transactions cannot be delivered lets go of its replication
