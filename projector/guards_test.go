@@ -309,10 +309,19 @@ func TestKeyLookupsTakeTheKeysLock(t *testing.T) {
 			if err != nil {
 				t.Fatalf("EXPLAIN %s: %v", text, err)
 			}
+			// Each statement reads or merges two keys (the tombstone's and
+			// the node's), each by a locking seek of its own.
+			locking := 0
 			for _, op := range planOperators(res.Summary.Plan()) {
-				if strings.HasPrefix(op, "NodeIndexSeek") || strings.Contains(op, "Scan") {
+				switch {
+				case op == "NodeUniqueIndexSeek(Locking)@neo4j":
+					locking++
+				case strings.Contains(op, "IndexSeek") || strings.Contains(op, "Scan"):
 					t.Errorf("plan reads a node by %s, without the key's lock:\n%s", op, text)
 				}
+			}
+			if locking != 2 {
+				t.Errorf("plan reads %d keys by a locking seek, want 2 (the tombstone's and the node's):\n%s", locking, text)
 			}
 			checked++
 		}

@@ -131,7 +131,7 @@ func (s *statistics) refresh(ctx context.Context) error {
 	if _, err := s.pool.Exec(ctx, gsql.Query("OutboxAnalyze")); err != nil {
 		return err
 	}
-	after, err := s.analyzeCount(ctx)
+	after, err := s.analyzeCountAfter(ctx, before)
 	if err != nil {
 		return err
 	}
@@ -153,6 +153,26 @@ func (s *statistics) analyzeCount(ctx context.Context) (int64, error) {
 	var n int64
 	err := s.pool.QueryRow(ctx, gsql.Query("OutboxAnalyzeCount")).Scan(&n)
 	return n, err
+}
+
+// analyzeCountAfter reads the analyze count until it has moved past before,
+// for up to a second: PostgreSQL 15 and later count an ANALYZE at once, 13
+// and 14 through their statistics collector, a moment later.
+func (s *statistics) analyzeCountAfter(ctx context.Context, before int64) (int64, error) {
+	deadline := time.Now().Add(time.Second)
+	retry := time.NewTicker(100 * time.Millisecond)
+	defer retry.Stop()
+	for {
+		n, err := s.analyzeCount(ctx)
+		if err != nil || n != before || time.Now().After(deadline) {
+			return n, err
+		}
+		select {
+		case <-ctx.Done():
+			return n, ctx.Err()
+		case <-retry.C:
+		}
+	}
 }
 
 // behindAt is the number of pending rows at which statistics that expect

@@ -156,14 +156,16 @@ const slotReleaseGrace = 10 * time.Second
 // PostgreSQL restart, a slot held by another relay) with backoff. While it
 // cannot stream, the fallback poll keeps rows flowing.
 //
-// A slot found in use soon after this relay lost its own connection is most
-// likely still held by that connection's walsender, which PostgreSQL ends a
-// moment later: for slotReleaseGrace it is tried again with the backoff, not
-// after the fallback poll interval (30 s by default) as a slot another relay
-// holds.
+// A slot found in use soon after this relay started or lost its own
+// connection is likely still held by a walsender of a connection just gone
+// (this relay's, or that of the process this one replaced), which PostgreSQL
+// ends a moment later after a clean close (after wal_sender_timeout when the
+// network dropped it): for slotReleaseGrace it is tried again with the
+// backoff, not after the fallback poll interval (30 s by default) as a slot
+// another relay holds.
 func (s *streamer) run(ctx context.Context) error {
 	backoff := newBackoff(s.r.cfg.SinkBackoff, s.r.cfg.SinkBackoffMax)
-	var lost time.Time // when a connection that streamed ended
+	lost := time.Now() // when this relay started, or a connection that streamed ended
 	for ctx.Err() == nil {
 		established := false
 		err := EnsureStream(ctx, s.r.pool, s.r.cfg.Slot, s.r.cfg.Publication)
@@ -182,7 +184,7 @@ func (s *streamer) run(ctx context.Context) error {
 		}
 		wait := backoff.next()
 		if isObjectInUse(err) && time.Since(lost) < slotReleaseGrace {
-			s.log.Info("replication slot is still held, likely by the connection this relay just lost; trying again", zap.Duration("retry_in", wait))
+			s.log.Info("replication slot is still held, likely by a connection just gone; trying again", zap.Duration("retry_in", wait))
 		} else if isObjectInUse(err) {
 			wait = s.r.cfg.FallbackPollInterval
 			s.log.Info("replication slot is held by another relay; this one serves the fallback poll", zap.Duration("retry_in", wait))

@@ -3,15 +3,16 @@ package relay
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
-	"strings"
-	"sync/atomic"
-	"testing"
-	"time"
 )
 
 // streamConfig turns the fallback poll off in practice, so that only the
@@ -204,8 +205,14 @@ func TestDropStreamWaitsForTheSlotToBeLetGo(t *testing.T) {
 	if err := h.pool.QueryRow(context.Background(), `SELECT clock_timestamp()`).Scan(&since); err != nil {
 		t.Fatal(err)
 	}
+	// The drop has a connection of its own, whose last query the test reads.
+	dropPool, err := pgxpool.New(context.Background(), h.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dropPool.Close()
 	dropped := make(chan error, 1)
-	go func() { dropped <- DropStream(context.Background(), h.pool, h.slot, h.slot, time.Minute) }()
+	go func() { dropped <- DropStream(context.Background(), dropPool, h.slot, h.slot, time.Minute) }()
 	eventually(t, 10*time.Second, "the drop to find the slot in use", func() bool {
 		select {
 		case err := <-dropped:
@@ -278,6 +285,7 @@ func TestStreamRetriesSoonForTheSlotItJustLost(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the test could not take the slot before the relay's reconnect (backoff %s): %v", cfg.SinkBackoff, err)
 	}
+	holderPID := h.walsenderPID()
 	eventually(t, 10*time.Second, "the relay to find the slot held", func() bool {
 		return logs.FilterMessageSnippet("replication slot is").Len() > 0
 	})
@@ -287,7 +295,7 @@ func TestStreamRetriesSoonForTheSlotItJustLost(t *testing.T) {
 	holder.Close(context.Background())
 	eventually(t, 10*time.Second, "the relay streaming again", func() bool {
 		pid := h.walsenderPID()
-		return pid != 0 && pid != relayPID
+		return pid != 0 && pid != relayPID && pid != holderPID
 	})
 }
 

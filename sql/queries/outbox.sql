@@ -467,9 +467,13 @@ SELECT count(*) FROM (
   SELECT 1 FROM outbox_messages WHERE processed_at IS NULL LIMIT $1) pending;
 
 -- name: OutboxAnalyzeCount
--- How many times the outbox was analyzed, by hand or by autovacuum.
+-- How many times the outbox was analyzed, by hand or by autovacuum. The
+-- CTE drops the session's cached statistics first (before PostgreSQL 15 a
+-- session reads a statistics file up to half a second old).
+WITH fresh AS (SELECT pg_stat_clear_snapshot())
 SELECT pg_stat_get_analyze_count('outbox_messages'::regclass)
-     + pg_stat_get_autoanalyze_count('outbox_messages'::regclass);
+     + pg_stat_get_autoanalyze_count('outbox_messages'::regclass)
+FROM fresh;
 
 -- name: OutboxAnalyze
 -- Brings the planner's statistics of the outbox up to date from a sample of
