@@ -108,8 +108,12 @@ var (
 // OutboxClaim claims up to limit due rows in id order.
 func (s *store) OutboxClaim(ctx context.Context, limit int) (claimed, error) {
 	c, err := s.claim(ctx, claimPollSQL, limit)
-	// A full window is a backlog, also when the limit was cut below a batch
-	// (large events, a suspect batch split down).
+	// A window of a batch or more is a backlog, as is a full one when the
+	// limit was cut below a batch (large events, a suspect batch split
+	// down). A lower bar than sizeForBacklog's (a window as large as the
+	// limit, which may be BacklogBatchSize): growing the next claim needs
+	// that much, a check of the statistics (at most every 30 s, and cheap
+	// when they are right) only pending work beyond one batch.
 	s.stats.afterClaim(ctx, err == nil && c.window >= min(limit, s.cfg.BatchSize))
 	return c, err
 }
