@@ -26,9 +26,10 @@ const chaosQueryEvery = 3 * time.Millisecond
 
 // TestChaos runs, for each wake mode, one scenario while the workload
 // generator writes: SIGKILL the relay and restart it, twice; run two relays
-// at once and SIGKILL, twice, one holding a batch while the other runs; stop Neo4j for a while (/readyz must answer 503
-// and nothing may be marked processed); restart PostgreSQL (the relay must
-// reconnect, and in stream mode resume its slot); plant poison events. Then,
+// at once and SIGKILL, twice, one holding a batch while the other runs;
+// stop Neo4j for a while (/readyz must answer 503 and nothing may be marked
+// processed); restart PostgreSQL (the relay must reconnect, and in stream
+// mode resume its slot); plant poison events. Then,
 // caught up, the graph must equal what PostgreSQL says, no event may be
 // lost, the DLQ must hold exactly the poison, no personal data may be in the
 // graph and no relationship may cross tenants.

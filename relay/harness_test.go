@@ -99,11 +99,17 @@ func (h *harness) start(sink Sink, cfg Config) (stop func()) {
 // startRelay is start, returning the relay too.
 func (h *harness) startRelay(sink Sink, cfg Config) (_ *Relay, stop func()) {
 	h.t.Helper()
+	return h.startRelayLogging(sink, cfg, zaptest.NewLogger(h.t, zaptest.Level(zap.WarnLevel)))
+}
+
+// startRelayLogging is startRelay with the relay logging to log.
+func (h *harness) startRelayLogging(sink Sink, cfg Config, log *zap.Logger) (_ *Relay, stop func()) {
+	h.t.Helper()
 	pool, err := pgxpool.New(context.Background(), h.url)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	r, err := New(pool, sink, cfg, zaptest.NewLogger(h.t, zaptest.Level(zap.WarnLevel)), nil)
+	r, err := New(pool, sink, cfg, log, nil)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -160,17 +160,13 @@ func (s *statistics) analyzeCount(ctx context.Context) (int64, error) {
 // and 14 through their statistics collector, a moment later.
 func (s *statistics) analyzeCountAfter(ctx context.Context, before int64) (int64, error) {
 	deadline := time.Now().Add(time.Second)
-	retry := time.NewTicker(100 * time.Millisecond)
-	defer retry.Stop()
 	for {
 		n, err := s.analyzeCount(ctx)
 		if err != nil || n != before || time.Now().After(deadline) {
 			return n, err
 		}
-		select {
-		case <-ctx.Done():
+		if !sleepCtx(ctx, 100*time.Millisecond) {
 			return n, ctx.Err()
-		case <-retry.C:
 		}
 	}
 }

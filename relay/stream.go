@@ -115,8 +115,6 @@ func DropStream(ctx context.Context, pool *pgxpool.Pool, slot, publication strin
 		return fmt.Errorf("slot %q and publication %q must be lower-case letters, digits and underscores", slot, publication)
 	}
 	deadline := time.Now().Add(wait)
-	retry := time.NewTicker(50 * time.Millisecond)
-	defer retry.Stop()
 	for {
 		_, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
 		if err == nil {
@@ -125,10 +123,8 @@ func DropStream(ctx context.Context, pool *pgxpool.Pool, slot, publication strin
 		if !isObjectInUse(err) || time.Now().After(deadline) {
 			return fmt.Errorf("drop replication slot %s (stop the sync service using it first): %w", slot, err)
 		}
-		select {
-		case <-ctx.Done():
+		if !sleepCtx(ctx, 50*time.Millisecond) {
 			return fmt.Errorf("drop replication slot %s: %w", slot, ctx.Err())
-		case <-retry.C:
 		}
 	}
 	if _, err := pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{publication}.Sanitize()); err != nil {

@@ -247,24 +247,7 @@ func TestStreamRetriesSoonForTheSlotItJustLost(t *testing.T) {
 	cfg.SinkBackoff = 300 * time.Millisecond // time for the test to take the slot
 	cfg.SinkBackoffMax = time.Second
 	core, logs := observer.New(zap.InfoLevel)
-	pool, err := pgxpool.New(context.Background(), h.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	r, err := New(pool, newRecordingSink(), cfg, zap.New(core), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("relay: %v", err)
-		}
-	}()
+	h.startRelayLogging(newRecordingSink(), cfg, zap.New(core))
 	eventually(t, 10*time.Second, "the stream connected", func() bool { return h.walsenderPID() != 0 })
 
 	replConfig, err := pgconn.ParseConfig(h.url)
