@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,5 +135,83 @@ func TestStatisticsWarnOnlyWhenAnalyzeKeepsFailing(t *testing.T) {
 	}
 	if analyzed() != 1 || s.notAnalyzed != 0 {
 		t.Fatalf("with the table free: %d analyses logged (want 1), %d failed checks counted (want 0)", analyzed(), s.notAnalyzed)
+	}
+}
+
+// TestHoldsProbeIgnoresStaleStatistics: the statistics of
+// outbox_aggregate_leases were taken while it held no hold (autovacuum
+// analyzes the small table late, if at all), then an outage left thousands
+// of aggregates held back. Each claim window must still read the holds
+// through one index probe per row, keyed by the row's aggregate, in poll
+// and in stream mode. As a NOT EXISTS the planner made the probe an
+// anti-join that read every hold once and compared every row of the window
+// with all of them (0.9 s for 2,000 rows and 5,000 holds).
+func TestHoldsProbeIgnoresStaleStatistics(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	ctx := context.Background()
+	h.exec(`ALTER TABLE outbox_aggregate_leases SET (autovacuum_enabled = false)`)
+	h.exec(`ANALYZE outbox_aggregate_leases`)
+	h.exec(`INSERT INTO outbox_aggregate_leases (tenant_id, aggregate_type, aggregate_id, locked_by, locked_until)
+		SELECT 1 + g % 10, 'Order', 100000 + g, 'held back', now() + interval '1 hour'
+		FROM generate_series(1, 5000) g`)
+	h.exec(`INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
+		SELECT 1 + g % 10, 'Order', g % 700, 'OrderConfirmed', '{}' FROM generate_series(1, 2000) g`)
+	h.exec(`ANALYZE outbox_messages`)
+	var ids []int64
+	if err := h.pool.QueryRow(ctx, `SELECT array_agg(id ORDER BY id) FROM outbox_messages`).Scan(&ids); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, claim := range []struct {
+		name, statement string
+		window          any
+	}{{"poll", claimPollSQL, 2000}, {"stream", claimByIDSQL, ids}} {
+		t.Run(claim.name, func(t *testing.T) {
+			tx, err := h.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			if _, err := tx.Exec(ctx, gsql.Query("OutboxClaimSettings")); err != nil {
+				t.Fatal(err)
+			}
+			var plan []struct{ Plan planNode }
+			if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+claim.statement,
+				claim.window, "stats/0#1", time.Second, int64(64<<20)).Scan(&plan); err != nil {
+				t.Fatal(err)
+			}
+			probes := 0
+			plan[0].Plan.walk(func(n planNode) {
+				if n.Relation != "outbox_aggregate_leases" || n.Type == "ModifyTable" {
+					return
+				}
+				keyed := (n.Type == "Index Scan" || n.Type == "Index Only Scan") &&
+					strings.Contains(n.IndexCond, "aggregate_id") && strings.Contains(n.IndexCond, "tenant_id")
+				if !keyed {
+					t.Errorf("the claim reads outbox_aggregate_leases with a %s (index %q, condition %q), not an index probe by the row's aggregate",
+						n.Type, n.Index, n.IndexCond)
+				}
+				probes++
+			})
+			if probes == 0 {
+				t.Error("the claim's plan reads no hold")
+			}
+		})
+	}
+}
+
+// planNode is a node of PostgreSQL's EXPLAIN (FORMAT JSON).
+type planNode struct {
+	Type      string     `json:"Node Type"`
+	Relation  string     `json:"Relation Name"`
+	Index     string     `json:"Index Name"`
+	IndexCond string     `json:"Index Cond"`
+	Plans     []planNode `json:"Plans"`
+}
+
+func (n planNode) walk(visit func(planNode)) {
+	visit(n)
+	for _, c := range n.Plans {
+		c.walk(visit)
 	}
 }
