@@ -63,6 +63,25 @@ func TestRebuildResumesAfterSIGKILL(t *testing.T) {
 	if finished || killedDone == 0 {
 		t.Fatalf("after SIGKILL: checkpoint at %d rows, finished %v; want a run stopped half-way (kill it sooner)", killedDone, finished)
 	}
+	// The killed run's scope lock goes when PostgreSQL sees its connection
+	// closed, a moment after the process is gone; a rebuild started before
+	// that would rightly find the scope busy. The test's database is its
+	// own, so any advisory lock in it is the killed run's.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var held int64
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+		if held == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed rebuild's scope lock was still held 30s after it died")
+		}
+		<-time.After(10 * time.Millisecond)
+	}
 
 	second := startMain(t, args)
 	waitChunks(killedChunks+2, "resumed run")
