@@ -102,7 +102,7 @@ func parseConfig(args []string) (benchConfig, error) {
 	writers := fs.Int("writers", 4, "throughput scenario: concurrent workload writers")
 	ordersPerTx := fs.Int("orders-per-tx", 1, "throughput scenario: business changes (each with its event) per transaction")
 	timeout := fs.Duration("timeout", 60*time.Minute, "bound of the whole run (clean-up runs past it, on its own deadlines)")
-	binary := fs.String("binary", "bin/graphsync", "the graphsync binary (relative paths from the repository root); built from the working tree when missing")
+	binary := fs.String("binary", "", "a graphsync binary to measure as it is (relative paths from the repository root); default: bin/graphsync, built from the working tree first")
 	outDir := fs.String("out", "bench/results", "where the JSON results go (relative paths from the repository root)")
 	if err := fs.Parse(args); err != nil {
 		return benchConfig{}, err
@@ -243,14 +243,22 @@ func measure(ctx context.Context, cfg benchConfig, log *zap.Logger) (*results, e
 	if err != nil {
 		return nil, err
 	}
-	if !filepath.IsAbs(cfg.binary) {
+	if cfg.binary == "" {
+		// A binary left by an earlier build would measure the code it was
+		// built from, not the tree the report names: build it every time
+		// (go build does nothing when nothing changed).
+		cfg.binary = filepath.Join(root, "bin", "graphsync")
+		if err := buildBinary(ctx, root, cfg.binary); err != nil {
+			return nil, err
+		}
+	} else if !filepath.IsAbs(cfg.binary) {
 		cfg.binary = filepath.Join(root, cfg.binary)
+	}
+	if _, err := os.Stat(cfg.binary); err != nil {
+		return nil, fmt.Errorf("the graphsync binary: %w", err)
 	}
 	if !filepath.IsAbs(cfg.outDir) {
 		cfg.outDir = filepath.Join(root, cfg.outDir)
-	}
-	if err := buildBinary(ctx, root, cfg.binary); err != nil {
-		return nil, err
 	}
 	logDir, err := os.MkdirTemp("", "graphsync-bench-")
 	if err != nil {

@@ -449,11 +449,8 @@ func (s *stack) neo4jVersion(ctx context.Context) string {
 	return version
 }
 
-// buildBinary builds bin/graphsync when it is missing.
+// buildBinary builds graphsync from the working tree at root.
 func buildBinary(ctx context.Context, root, binary string) error {
-	if _, err := os.Stat(binary); err == nil {
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	build := exec.CommandContext(ctx, "go", "build", "-o", binary, "./cmd/graphsync")
