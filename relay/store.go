@@ -119,8 +119,9 @@ func (s *store) OutboxClaim(ctx context.Context, limit int) (claimed, error) {
 }
 
 // OutboxClaimByID claims the rows a replication stream named; the messages come
-// back in the order of ids (commit order). more: rows the stream named wait
-// behind these (ids is a chunk of them).
+// back in the order of ids (commit order) across aggregates, and in id order
+// within each aggregate. more: rows the stream named wait behind these (ids is
+// a chunk of them).
 func (s *store) OutboxClaimByID(ctx context.Context, ids []int64, more bool) (claimed, error) {
 	c, err := s.claim(ctx, claimByIDSQL, ids)
 	if err != nil {
@@ -136,7 +137,36 @@ func (s *store) OutboxClaimByID(ctx context.Context, ids []int64, more bool) (cl
 		}
 	}
 	sort.SliceStable(c.messages, func(i, j int) bool { return rank[c.messages[i].ID] < rank[c.messages[j].ID] })
+	inIDOrderWithinAggregates(c.messages)
 	return c, nil
+}
+
+// inIDOrderWithinAggregates puts each aggregate's messages in id order, in
+// the places its messages hold, and leaves the order across aggregates as it
+// is. Two transactions that wrote one aggregate without a lock between them
+// can commit in the opposite order of their ids; when the stream names both
+// in one chunk, the claim takes both (the lower id is the higher one's
+// predecessor), and they must reach the sink in id order, as a poll's claim
+// of the same rows would hand them over.
+func inIDOrderWithinAggregates(ms []Message) {
+	places := map[aggregateKey][]int{}
+	for i, m := range ms {
+		k := aggregateKey{m.TenantID, m.AggregateType, m.AggregateID}
+		places[k] = append(places[k], i)
+	}
+	for _, at := range places {
+		if len(at) < 2 {
+			continue
+		}
+		group := make([]Message, len(at))
+		for j, i := range at {
+			group[j] = ms[i]
+		}
+		sort.Slice(group, func(a, b int) bool { return group[a].ID < group[b].ID })
+		for j, i := range at {
+			ms[i] = group[j]
+		}
+	}
 }
 
 // claim runs one claim: its planner settings and the claim statement go in

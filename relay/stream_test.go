@@ -335,3 +335,55 @@ func TestStreamKeepsItsConnectionAfterAQuietSpell(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamClaimKeepsIDOrderWithinAnAggregate: two transactions write
+// aggregate A without a lock between them and commit in the opposite order
+// of their ids, beside transactions of other aggregates, and the stream
+// names all of them in one chunk, in commit order. The claim takes both rows
+// of A (the lower id is the higher one's predecessor); they must go out in
+// id order, in the places A's rows hold, with the other aggregates' rows
+// left in commit order.
+func TestStreamClaimKeepsIDOrderWithinAnAggregate(t *testing.T) {
+	h := newHarness(t, WakePoll) // the claim alone: no relay runs
+	ctx := context.Background()
+	late, err := h.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Rollback(ctx) //nolint:errcheck
+	aLow, err := insert(ctx, late, event{1, "Order", 7, "OrderConfirmed", `{}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	early := h.insertTogether(
+		event{1, "Order", 8, "OrderConfirmed", `{}`}, // B
+		event{1, "Order", 7, "OrderConfirmed", `{}`}, // A, the higher id
+		event{2, "Order", 7, "OrderConfirmed", `{}`}, // another tenant's aggregate 7
+	)
+	d, err := insert(ctx, late, event{1, "Order", 9, "OrderConfirmed", `{}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := late.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, aHigh, other := early[0], early[1], early[2]
+	if aHigh <= aLow {
+		t.Fatalf("ids %d, %d not in the order the test needs", aLow, aHigh)
+	}
+	named := []int64{b, aHigh, other, aLow, d} // commit order
+	s := &store{pool: h.pool, relayID: "order/0", cfg: Config{BatchSize: 10, Lease: 10 * time.Second, MaxAttempts: 5}.withDefaults()}
+	c, err := s.OutboxClaimByID(ctx, named, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for _, m := range c.messages {
+		got = append(got, m.ID)
+	}
+	want := []int64{b, aLow, other, aHigh, d}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the claim of %v (commit order) handed over %v, want %v: A (%d, %d) in id order in A's places, the rest in commit order",
+			named, got, want, aLow, aHigh)
+	}
+}
