@@ -446,9 +446,13 @@ func loadPending(ctx context.Context, pool *pgxpool.Pool, tenant int64) (pending
 }
 
 // explains tells whether outbox rows not applied yet explain a difference
-// on a node: its own aggregate's rows, or, for a reference node (whose
-// properties ride on other aggregates' events), any pending row of the
-// aggregate type that writes it.
+// on a node: its own aggregate's pending rows, or, for a reference node
+// (whose properties ride on other aggregates' events), any pending row of
+// the aggregate type that writes it. Dead-lettered rows explain nothing: no
+// one is applying them, so the graph stays different until an operator
+// retries them or a repair writes the rows (a dead-lettered Order event
+// used to hide every Customer difference of its tenant for as long as it
+// stayed in the DLQ). Their count is still shown beside a pending one.
 func (p pendingIndex) explains(label string, id int64) (pendingCount, bool) {
 	var c pendingCount
 	switch label {
@@ -465,7 +469,7 @@ func (p pendingIndex) explains(label string, id int64) (pendingCount, bool) {
 			c.pending, c.dlq = c.pending+t.pending, c.dlq+t.dlq
 		}
 	}
-	return c, c.pending+c.dlq > 0
+	return c, c.pending > 0
 }
 
 func tombstoneLabel(m graphmodel.Model) string {

@@ -33,6 +33,21 @@ func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 	add := func(kind Kind, detail string, repair *repairAction) {
 		findings = append(findings, Finding{Kind: kind, TenantID: tenant, Label: label.Name, ID: got.id, Count: 1, Detail: detail, repair: repair})
 	}
+	// The repair of every finding of this node re-projects its rows. When
+	// the graph is ahead of them, no event wrote that state: the rows the
+	// verdict rests on were read after the graph (the second look), and sync
+	// applies an event only after its row committed (PostgreSQL restored
+	// from a backup, say). The repair then overwrites exactly the version
+	// seen, so a state sync writes meanwhile is never regressed, and the
+	// node's relationships follow it (their repair is guarded by the
+	// owner's version, which the node's repair has lowered by then).
+	upsert := exp
+	ahead := label.Role == graphmodel.RoleAggregate && got.version > exp.version
+	if ahead {
+		up := *exp
+		up.seen = got.version
+		upsert = &up
+	}
 	var stale []string
 	if label.Role == graphmodel.RoleAggregate && got.version != exp.version {
 		stale = append(stale, fmt.Sprintf("version: graph %d, rows %d", got.version, exp.version))
@@ -45,17 +60,10 @@ func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 	}
 	switch {
 	case len(stale) == 0:
-	case label.Role == graphmodel.RoleAggregate && got.version > exp.version:
-		// No event wrote this state: the rows the verdict rests on were read
-		// after the graph (the second look), and sync applies an event only
-		// after its row committed. PostgreSQL restored from a backup, say.
-		// Repair overwrites exactly the version seen, so a state sync
-		// writes meanwhile is never regressed.
-		up := *exp
-		up.seen = got.version
-		add(StaleNode, strings.Join(stale, "; ")+"; the graph is ahead of the rows (was PostgreSQL restored?)", &repairAction{upsert: &up})
+	case ahead:
+		add(StaleNode, strings.Join(stale, "; ")+"; the graph is ahead of the rows (was PostgreSQL restored?)", &repairAction{upsert: upsert})
 	default:
-		add(StaleNode, strings.Join(stale, "; "), &repairAction{upsert: exp})
+		add(StaleNode, strings.Join(stale, "; "), &repairAction{upsert: upsert})
 	}
 	keys := make([]string, 0, len(got.props))
 	for k := range got.props {
@@ -85,12 +93,13 @@ func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 			add(PropertyNotAllowed, fmt.Sprintf("property %s = %s is outside the allowlist", k, show(got.props[k])), &repairAction{removeProp: k})
 		}
 	}
-	findings = append(findings, compareRels(model, tenant, label, exp, got)...)
+	findings = append(findings, compareRels(model, tenant, label, exp, got, upsert)...)
 	return findings
 }
 
-// compareRels compares the relationships a node owns.
-func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, exp, got *node) []Finding {
+// compareRels compares the relationships a node owns; upsert is the node's
+// repair (compareNode), which re-projects them.
+func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, exp, got, upsert *node) []Finding {
 	var findings []Finding
 	add := func(kind Kind, detail string, repair *repairAction) {
 		findings = append(findings, Finding{Kind: kind, TenantID: tenant, Label: label.Name, ID: got.id, Count: 1, Detail: detail, repair: repair})
@@ -144,7 +153,7 @@ func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 			}
 		}
 		if len(diffs) > 0 {
-			add(ChangedRelationship, relText(r, got.id)+": "+strings.Join(diffs, "; "), &repairAction{upsert: exp})
+			add(ChangedRelationship, relText(r, got.id)+": "+strings.Join(diffs, "; "), &repairAction{upsert: upsert})
 		}
 		// A relationship property outside the allowlist: what the row
 		// projection's MERGE ... SET never touches, so it is removed by key.
@@ -160,7 +169,7 @@ func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 	}
 	for _, r := range exp.rels {
 		if !seen[r.key(model)] {
-			add(MissingRelationship, relText(r, exp.id)+" is missing", &repairAction{upsert: exp})
+			add(MissingRelationship, relText(r, exp.id)+" is missing", &repairAction{upsert: upsert})
 		}
 	}
 	return findings

@@ -212,8 +212,11 @@ func (r *Report) WriteMarkdown(w io.Writer, threshold int) error {
 		fmt.Fprintf(&b, "| %d | %d | %.1fs | %d | %d |\n", t.TenantID, t.Pending, t.OldestPendingSeconds, t.DLQ, t.Drift)
 	}
 	fmt.Fprintf(&b, "\n## Drift by kind\n\n")
-	if r.DriftTotal == 0 {
+	switch {
+	case r.DriftTotal == 0 && r.ExplainedTotal == 0:
 		b.WriteString("None: the graph says what PostgreSQL says.\n")
+	case r.DriftTotal == 0:
+		b.WriteString("None that stands: the other differences are explained by outbox rows not applied yet (below).\n")
 	}
 	for _, kind := range Kinds {
 		examples := r.Examples[kind]

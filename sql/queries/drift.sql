@@ -60,8 +60,10 @@ LIMIT $3;
 SELECT EXISTS (SELECT 1 FROM products WHERE tenant_id = $1 AND id = $2);
 
 -- name: DriftOutboxPending
--- Aggregates with pending or dead-lettered events, per tenant: their
--- differences are explained, not drift. Bounded by the backlog.
+-- Aggregates with pending or dead-lettered events, per tenant. Pending ones
+-- explain a difference (sync has not applied them yet); dead-lettered ones
+-- do not (no one is applying them) and are only counted for the report.
+-- Bounded by the backlog and the DLQ.
 SELECT aggregate_type, aggregate_id, count(*) AS pending, 0::bigint AS dead
 FROM outbox_messages
 WHERE tenant_id = $1 AND processed_at IS NULL
