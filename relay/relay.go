@@ -166,7 +166,8 @@ func (r *worker) rewakeNow() {
 // rows remain.
 //
 // While the sink applies one batch, the next is claimed, so PostgreSQL's
-// work overlaps the sink's. The next batch cannot hold an aggregate of the
+// work overlaps the sink's; behind a sink faster than the settle, the claim
+// ahead runs beside the previous batch's settle (docs/adr/0012). The next batch cannot hold an aggregate of the
 // one in delivery (its aggregates are leased until it is settled), so
 // per-aggregate order and "mark only after the sink committed" are
 // unchanged. A batch claimed ahead is handed back uncounted when the one
@@ -241,18 +242,39 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 			done <- outcome{st, err}
 		}()
 		// The previous batch's settle has run beside the start of this
-		// delivery; the claim ahead waits for it, so that it sees that
-		// batch's aggregates released and its rows marked (rows behind
-		// them would otherwise be held back and the claim come out short).
-		// A failure of that settle counts as this batch's own.
-		settleErr := awaitSettled()
+		// delivery. While the sink is still applying, the claim ahead waits
+		// for that settle, so that it sees that batch's aggregates released
+		// and its rows marked (rows behind them would otherwise be held back
+		// and the claim come out short); the wait costs nothing, as the
+		// sink is slower. A sink that is done first (fast, or a small
+		// batch) would leave the settle alone on the drain's path: then the
+		// claim ahead runs beside it. Either way the claim sees the previous
+		// batch's aggregates leased or released, never in between (one
+		// settle statement), so order holds as for a claim beside another
+		// worker's settle. A failure of that settle counts as this batch's
+		// own.
+		var applied outcome
+		var settleErr error
+		appliedFirst := false
+		if settled != nil {
+			select {
+			case applied = <-done:
+				appliedFirst = true
+			case settleErr = <-settled:
+				settled = nil
+			}
+		}
 		var next claimed
 		var nextErr error
 		claimedAhead := time.Now()
 		if settleErr == nil && len(stream) == 0 {
 			next, nextErr = r.claimPoll(ctx, limit)
 		}
-		applied := <-done
+		if appliedFirst {
+			settleErr = awaitSettled()
+		} else {
+			applied = <-done
+		}
 		if err := errors.Join(applied.err, settleErr); err != nil {
 			err = errors.Join(err, r.settle(ctx, c, applied.st))
 			if nextErr == nil {
