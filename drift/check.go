@@ -210,8 +210,8 @@ func (r *run) firstPass(ctx context.Context, tx pgx.Tx, tenant int64) error {
 
 // standing reports whether a finding stands whatever the outbox holds: no
 // event writes personal data, a property outside the allowlist or an edge
-// between tenants, so pending or dead-lettered events of the aggregate
-// cannot explain it (only differences an event would change can be).
+// between tenants, so pending events of the aggregate cannot explain it
+// (only differences an event would change can be).
 func standing(f Finding) bool {
 	switch f.Kind {
 	case MissingNode, OrphanNode, StaleNode, MissingRelationship, ExtraRelationship, ChangedRelationship:

@@ -11,8 +11,9 @@
 // does not grow with the graph. PostgreSQL is read in one REPEATABLE READ
 // snapshot as the relay role. A difference found in the first pass is looked
 // at again (fresh reads of both sides) before it is reported, and one on an
-// aggregate with pending or dead-lettered outbox rows is reported as
-// explained, so a run under full sync load reports no false drift.
+// aggregate with pending outbox rows is reported as explained, so a run under
+// full sync load reports no false drift. Dead-lettered rows explain nothing:
+// no one applies them.
 //
 // Repair re-projects drifted aggregates and reference nodes from the rows
 // under a version guard (it never regresses a newer state live sync wrote

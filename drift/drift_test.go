@@ -464,10 +464,11 @@ func TestRepairOfAnUnknownTenantKeepsForeignLabels(t *testing.T) {
 	}
 }
 
-// Pending or dead-lettered events explain differences an event would
-// change, never personal data: no event writes an e-mail address into a
-// customer. One dead-lettered Order event of the tenant (which writes
-// Customer nodes) leaves a planted e-mail a finding, and --repair removes it.
+// Pending events explain differences an event would change, never personal
+// data: no event writes an e-mail address into a customer. One pending Order
+// event of the tenant (which writes Customer nodes), due only in an hour so
+// that sync leaves it pending, leaves a planted e-mail a finding, and
+// --repair removes it.
 func TestOutboxRowsDoNotExplainPersonalData(t *testing.T) {
 	pool, driver := stack(t)
 	tenants := writeWorkload(t, pool, workload.Config{Seed: 11, Tenants: 1, Orders: 6, DeleteEvery: -1})
@@ -477,8 +478,8 @@ func TestOutboxRowsDoNotExplainPersonalData(t *testing.T) {
 	a := tenants[0]
 	orders := ids(t, pool, `SELECT id FROM sales_orders WHERE tenant_id = $1 ORDER BY id`, a)
 	customer := ids(t, pool, `SELECT customer_id FROM sales_orders WHERE id = $1`, orders[0])[0]
-	if _, err := pool.Exec(context.Background(), `INSERT INTO outbox_messages_dlq (id, tenant_id, aggregate_type, aggregate_id, event_type, payload, last_error)
-		VALUES (9000000000000 + $2, $1, 'Order', $2, 'OrderConfirmed', '{}', 'planted')`, a, orders[len(orders)-1]); err != nil {
+	if _, err := pool.Exec(context.Background(), `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload, available_at)
+		VALUES ($1, 'Order', $2, 'OrderConfirmed', '{}', now() + interval '1 hour')`, a, orders[len(orders)-1]); err != nil {
 		t.Fatal(err)
 	}
 	cypherExec(t, driver, `MATCH (c:Customer {tenant_id: $t, id: $id}) SET c.email = 'explained.planted@example.org'`,
@@ -489,7 +490,7 @@ func TestOutboxRowsDoNotExplainPersonalData(t *testing.T) {
 		found = found || (f.Label == "Customer" && f.ID == customer)
 	}
 	if !found || report.DriftTotal == 0 {
-		t.Fatalf("the e-mail on customer %d beside a dead-lettered order event: drift %d, personal data %v; want it found",
+		t.Fatalf("the e-mail on customer %d beside a pending order event: drift %d, personal data %v; want it found",
 			customer, report.DriftTotal, report.Examples[PersonalData])
 	}
 	check(t, pool, driver, a, true)
@@ -577,11 +578,11 @@ func TestDeadLetteredEventsDoNotExplainDrift(t *testing.T) {
 	customer := ids(t, pool, `SELECT customer_id FROM sales_orders WHERE id = $1`, orders[0])[0]
 	product := ids(t, pool, `SELECT id FROM products WHERE tenant_id = $1 ORDER BY id LIMIT 1`, a)[0]
 	for _, planted := range []struct {
-		aggregateType string
-		id            int64
-	}{{"Order", orders[len(orders)-1]}, {"Product", product}} {
+		aggregateType, eventType string
+		id                       int64
+	}{{"Order", "OrderConfirmed", orders[len(orders)-1]}, {"Product", "ProductPriceChanged", product}} {
 		if _, err := pool.Exec(context.Background(), `INSERT INTO outbox_messages_dlq (id, tenant_id, aggregate_type, aggregate_id, event_type, payload, last_error)
-			VALUES (9000000000000 + $2, $1, $3, $2, 'OrderConfirmed', '{}', 'planted')`, a, planted.id, planted.aggregateType); err != nil {
+			VALUES (9000000000000 + $2, $1, $3, $2, $4, '{}', 'planted')`, a, planted.id, planted.aggregateType, planted.eventType); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -360,3 +360,85 @@ func testFailedSettle(t *testing.T, mode WakeMode) {
 	// aggregate waited behind it.
 	sink.checkOrder(t)
 }
+
+// Behind a sink that is done before the previous batch's settle, the claim
+// ahead runs beside that settle (docs/adr/0012): with the first batch's
+// settle held up by a row lock, the batch after the next one is claimed
+// while it waits. Six aggregates in batches of two: A0 A1, then A2 A3, then
+// A4 A5, then the second events of A0 and A1, which must wait for the first
+// batch's settle and still come after their first events.
+func TestClaimAheadRunsBesideASlowSettle(t *testing.T) {
+	inDrainModes(t, testClaimAheadBesideSettle)
+}
+
+func testClaimAheadBesideSettle(t *testing.T, mode WakeMode) {
+	h := newHarness(t, mode)
+	ctx := context.Background()
+	var ids []int64
+	rows, err := h.pool.Query(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
+		SELECT 1, 'Order', a, 'OrderConfirmed', jsonb_build_object('n', n)
+		FROM unnest(ARRAY[0, 1, 2, 3, 4, 5, 0, 1]) WITH ORDINALITY AS x(a, n) ORDER BY n
+		RETURNING id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if rows.Close(); rows.Err() != nil || len(ids) != 8 {
+		t.Fatalf("inserted %v: %v", ids, rows.Err())
+	}
+	slices.Sort(ids)
+
+	// The first delivery takes a row lock on its first row, so the settle's
+	// mark of that batch waits until the test lets go.
+	lock, err := h.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(ctx) //nolint:errcheck
+	locked := make(chan error, 1)
+	var once sync.Once
+	sink := newRecordingSink()
+	sink.hold = func(ctx context.Context, batch []Message) {
+		once.Do(func() {
+			_, err := lock.Exec(ctx, `SELECT 1 FROM outbox_messages WHERE id = $1 FOR UPDATE`, ids[0])
+			locked <- err
+		})
+	}
+	cfg := h.config("relay-beside-settle")
+	cfg.BatchSize, cfg.BacklogBatchSize = 2, 2
+	cfg.Lease = 10 * time.Second // the held-up settle must not outlive its lease
+	h.start(sink, cfg)
+	select {
+	case err := <-locked:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first batch was not delivered")
+	}
+	eventually(t, 5*time.Second, "A4 and A5 claimed while the first batch's settle waits", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = ANY($1) AND locked_until >= now()`, ids[4:6]) == 2
+	})
+	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE id = ANY($1) AND processed_at IS NOT NULL`, ids[0:2]); n != 0 {
+		t.Fatalf("the first batch's settle was not held up (%d of its rows marked)", n)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "every row applied", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL`) == 0
+	})
+	sink.checkViolations(t)
+	if last := sink.checkOrder(t); len(last) != 6 {
+		t.Errorf("%d aggregates applied, want 6", len(last))
+	}
+	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE attempts <> 1`); n != 0 {
+		t.Errorf("%d rows with an attempt count other than 1", n)
+	}
+}

@@ -267,7 +267,9 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 		var next claimed
 		var nextErr error
 		claimedAhead := time.Now()
-		if settleErr == nil && len(stream) == 0 {
+		// applied.err is set only if the sink is done (first) and failed:
+		// a batch claimed ahead would only be handed back.
+		if settleErr == nil && applied.err == nil && len(stream) == 0 {
 			next, nextErr = r.claimPoll(ctx, limit)
 		}
 		if appliedFirst {
