@@ -167,8 +167,9 @@ func (r *worker) rewakeNow() {
 //
 // While the sink applies one batch, the next is claimed, so PostgreSQL's
 // work overlaps the sink's; behind a sink faster than the settle, the claim
-// ahead runs beside the previous batch's settle (docs/adr/0012). The next batch cannot hold an aggregate of the
-// one in delivery (its aggregates are leased until it is settled), so
+// ahead runs beside the previous batch's settle (docs/adr/0012). The next
+// batch cannot hold an aggregate of the one in delivery (its aggregates are
+// leased until it is settled), so
 // per-aggregate order and "mark only after the sink committed" are
 // unchanged. A batch claimed ahead is handed back uncounted when the one
 // before it failed. Likewise a delivered batch is settled (marked, its
