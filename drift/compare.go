@@ -58,11 +58,10 @@ func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 			stale = append(stale, fmt.Sprintf("%s: graph %s, rows %s", p.Key, show(have), show(want)))
 		}
 	}
-	switch {
-	case len(stale) == 0:
-	case ahead:
-		add(StaleNode, strings.Join(stale, "; ")+"; the graph is ahead of the rows (was PostgreSQL restored?)", &repairAction{upsert: upsert})
-	default:
+	if len(stale) > 0 {
+		if ahead {
+			stale = append(stale, "the graph is ahead of the rows (was PostgreSQL restored?)")
+		}
 		add(StaleNode, strings.Join(stale, "; "), &repairAction{upsert: upsert})
 	}
 	keys := make([]string, 0, len(got.props))

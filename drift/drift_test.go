@@ -26,6 +26,18 @@ func startSync(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext,
 
 func waitCaughtUp(t *testing.T, pool *pgxpool.Pool) { synctest.WaitCaughtUp(t, pool, 60*time.Second) }
 
+// syncedWorkload writes cfg's workload into an emptied graph and syncs it
+// with one sync process (syncID) until caught up; sync keeps running.
+func syncedWorkload(t *testing.T, cfg workload.Config, syncID string) (*pgxpool.Pool, neo4j.DriverWithContext, []int64) {
+	t.Helper()
+	pool, driver := stack(t)
+	tenants := writeWorkload(t, pool, cfg)
+	cleanGraph(t, driver, tenants)
+	startSync(t, pool, driver, syncID)
+	waitCaughtUp(t, pool)
+	return pool, driver, tenants
+}
+
 func writeWorkload(t *testing.T, pool *pgxpool.Pool, cfg workload.Config) []int64 {
 	t.Helper()
 	report, err := workload.Run(context.Background(), pool, cfg, zaptest.NewLogger(t))
@@ -63,11 +75,7 @@ func TestEventPathEqualsRowPath(t *testing.T) {
 		"randomised": {Seed: 42, Tenants: 4, ProductsPerTenant: 30, CustomersPerTenant: 12, Orders: 400, Writers: 6, OrdersPerTx: 3, DeleteEvery: 7, PriceChangeEvery: 3, DiscontinueEvery: 11},
 	} {
 		t.Run(name, func(t *testing.T) {
-			pool, driver := stack(t)
-			tenants := writeWorkload(t, pool, cfg)
-			cleanGraph(t, driver, tenants)
-			startSync(t, pool, driver, "sync-"+name)
-			waitCaughtUp(t, pool)
+			pool, driver, tenants := syncedWorkload(t, cfg, "sync-"+name)
 			for _, tenant := range tenants {
 				report := check(t, pool, driver, tenant, false)
 				if report.DriftTotal != 0 || report.ExplainedTotal != 0 {
@@ -115,11 +123,7 @@ func ids(t *testing.T, pool *pgxpool.Pool, query string, args ...any) []int64 {
 // Each kind of drift, planted by hand, is named with its key; --repair fixes
 // every repairable one (drift 0 afterwards) and leaves foreign labels alone.
 func TestPlantedDriftIsFoundAndRepaired(t *testing.T) {
-	pool, driver := stack(t)
-	tenants := writeWorkload(t, pool, workload.Config{Seed: 7, Tenants: 2, Orders: 40, DeleteEvery: -1})
-	cleanGraph(t, driver, tenants)
-	startSync(t, pool, driver, "sync-planted")
-	waitCaughtUp(t, pool)
+	pool, driver, tenants := syncedWorkload(t, workload.Config{Seed: 7, Tenants: 2, Orders: 40, DeleteEvery: -1}, "sync-planted")
 	a, b := tenants[0], tenants[1]
 	if report := check(t, pool, driver, a, false); report.DriftTotal != 0 {
 		t.Fatalf("drift %d before planting", report.DriftTotal)
@@ -470,11 +474,7 @@ func TestRepairOfAnUnknownTenantKeepsForeignLabels(t *testing.T) {
 // that sync leaves it pending, leaves a planted e-mail a finding, and
 // --repair removes it.
 func TestOutboxRowsDoNotExplainPersonalData(t *testing.T) {
-	pool, driver := stack(t)
-	tenants := writeWorkload(t, pool, workload.Config{Seed: 11, Tenants: 1, Orders: 6, DeleteEvery: -1})
-	cleanGraph(t, driver, tenants)
-	startSync(t, pool, driver, "sync-explained")
-	waitCaughtUp(t, pool)
+	pool, driver, tenants := syncedWorkload(t, workload.Config{Seed: 11, Tenants: 1, Orders: 6, DeleteEvery: -1}, "sync-explained")
 	a := tenants[0]
 	orders := ids(t, pool, `SELECT id FROM sales_orders WHERE tenant_id = $1 ORDER BY id`, a)
 	customer := ids(t, pool, `SELECT customer_id FROM sales_orders WHERE id = $1`, orders[0])[0]
@@ -568,11 +568,7 @@ func TestRelationshipRepairChecksMoreThanTheElementID(t *testing.T) {
 // pending event of the aggregate type that writes it), and a product's own
 // dead-lettered event hid its difference, for as long as they stayed there.
 func TestDeadLetteredEventsDoNotExplainDrift(t *testing.T) {
-	pool, driver := stack(t)
-	tenants := writeWorkload(t, pool, workload.Config{Seed: 23, Tenants: 1, Orders: 6, DeleteEvery: -1})
-	cleanGraph(t, driver, tenants)
-	startSync(t, pool, driver, "sync-dead-lettered")
-	waitCaughtUp(t, pool)
+	pool, driver, tenants := syncedWorkload(t, workload.Config{Seed: 23, Tenants: 1, Orders: 6, DeleteEvery: -1}, "sync-dead-lettered")
 	a := tenants[0]
 	orders := ids(t, pool, `SELECT id FROM sales_orders WHERE tenant_id = $1 ORDER BY id`, a)
 	customer := ids(t, pool, `SELECT customer_id FROM sales_orders WHERE id = $1`, orders[0])[0]
@@ -620,11 +616,7 @@ func TestDeadLetteredEventsDoNotExplainDrift(t *testing.T) {
 // one kept, did not, so the node and the edge were refused while the extra
 // edge was deleted: the product was left with no category, run after run.
 func TestRepairOfANodeAheadOfItsRowsMovesItsEdges(t *testing.T) {
-	pool, driver := stack(t)
-	tenants := writeWorkload(t, pool, workload.Config{Seed: 29, Tenants: 1, Orders: 6, DeleteEvery: -1})
-	cleanGraph(t, driver, tenants)
-	startSync(t, pool, driver, "sync-ahead")
-	waitCaughtUp(t, pool)
+	pool, driver, tenants := syncedWorkload(t, workload.Config{Seed: 29, Tenants: 1, Orders: 6, DeleteEvery: -1}, "sync-ahead")
 	a := tenants[0]
 	product := ids(t, pool, `SELECT id FROM products WHERE tenant_id = $1 AND category_id IS NOT NULL ORDER BY id LIMIT 1`, a)[0]
 	category := ids(t, pool, `SELECT category_id FROM products WHERE id = $1`, product)[0]
