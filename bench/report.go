@@ -289,9 +289,9 @@ func (r *results) print(out io.Writer, path string, writeErr error) {
 		fmt.Fprintln(out, "  to ceiling: sync ev/s (from its start, so including start-up) over the ceiling's events/s of the same run.")
 		for _, b := range r.Backlog {
 			if m := b.SyncStages; m != nil && m.Batches > 0 {
-				fmt.Fprintf(out, "  stages, %s %d: %d batches of %.0f rows; claim p50 %.1fms, p99 %.1fms, %s in all; Neo4j apply %.0fms per batch, %s in all; mark %.1fms per batch, %s in all (sync: %s).\n",
+				fmt.Fprintf(out, "  stages, %s %d: %d batches of %.0f rows; claim p50 %.1fms, p99 %.1fms, %s in all; Neo4j apply %.0fms per batch (p99 %.0fms), %s in all; mark %.1fms per batch (p99 %.1fms), %s in all (sync: %s).\n",
 					b.Mode, b.Events, m.Batches, m.MeanBatchSize, m.ClaimP50Ms, m.ClaimP99Ms, durationSeconds(m.ClaimSeconds),
-					m.MeanApplyMs, durationSeconds(m.ApplySeconds), m.MeanSettleMs, durationSeconds(m.SettleSeconds), durationSeconds(b.SyncSeconds))
+					m.MeanApplyMs, m.ApplyP99Ms, durationSeconds(m.ApplySeconds), m.MeanSettleMs, m.SettleP99Ms, durationSeconds(m.SettleSeconds), durationSeconds(b.SyncSeconds))
 			}
 		}
 		for _, mode := range s.BacklogModes {

@@ -311,8 +311,11 @@ type syncMetrics struct {
 	MeanClaimMs   float64 `json:"mean_claim_ms"`
 	// ClaimP50Ms and ClaimP99Ms are sync's own estimate from its claim
 	// histogram, in the line it logs as it stops (backlog scenario only).
-	ClaimP50Ms   float64 `json:"claim_p50_ms,omitempty"`
-	ClaimP99Ms   float64 `json:"claim_p99_ms,omitempty"`
+	ClaimP50Ms float64 `json:"claim_p50_ms,omitempty"`
+	ClaimP99Ms float64 `json:"claim_p99_ms,omitempty"`
+	// ApplyP99Ms and SettleP99Ms likewise, for a stage's tail.
+	ApplyP99Ms   float64 `json:"projector_apply_p99_ms,omitempty"`
+	SettleP99Ms  float64 `json:"settle_p99_ms,omitempty"`
 	Applies      int64   `json:"projector_applies"`
 	ApplySeconds float64 `json:"projector_apply_seconds"`
 	MeanApplyMs  float64 `json:"mean_projector_apply_ms"`
@@ -438,6 +441,8 @@ func (p *syncProcess) stoppedStages() (syncMetrics, error) {
 			ClaimSum     float64 `json:"claim_sum"`
 			ClaimP50     float64 `json:"claim_p50_seconds"`
 			ClaimP99     float64 `json:"claim_p99_seconds"`
+			ApplyP99     float64 `json:"apply_p99_seconds"`
+			MarkP99      float64 `json:"mark_p99_seconds"`
 			ApplyCount   int64   `json:"apply_count"`
 			ApplySum     float64 `json:"apply_sum"`
 			MarkCount    int64   `json:"mark_count"`
@@ -452,6 +457,7 @@ func (p *syncProcess) stoppedStages() (syncMetrics, error) {
 			Batches: line.BatchCount, BatchRows: line.BatchRowsSum,
 			Claims: line.ClaimCount, ClaimSeconds: line.ClaimSum, ClaimP50Ms: 1000 * line.ClaimP50, ClaimP99Ms: 1000 * line.ClaimP99,
 			Applies: line.ApplyCount, ApplySeconds: line.ApplySum, Settles: line.MarkCount, SettleSeconds: line.MarkSum,
+			ApplyP99Ms: 1000 * line.ApplyP99, SettleP99Ms: 1000 * line.MarkP99,
 		}.withMeans()
 		stages = &m
 		return false

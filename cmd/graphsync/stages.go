@@ -19,8 +19,8 @@ var stageHistograms = map[string]string{
 }
 
 // stageFields sums this process's stages from its own metrics, for the line
-// sync ends with: count and total of each stage, and the claim's p50 and
-// p99 (estimated from its buckets, linearly within a bucket, as Prometheus'
+// sync ends with: count and total of each stage, and its p50 and p99
+// (estimated from its buckets, linearly within a bucket, as Prometheus'
 // histogram_quantile does). Benchmarks read it; an operator reads where a
 // drain spent its time without a Prometheus server.
 func stageFields(g prometheus.Gatherer) []zap.Field {
@@ -34,12 +34,14 @@ func stageFields(g prometheus.Gatherer) []zap.Field {
 		if !ok || len(family.GetMetric()) == 0 {
 			continue
 		}
+		unit := "_seconds"
+		if stage == "batch_size" {
+			unit = ""
+		}
 		h := family.GetMetric()[0].GetHistogram()
 		fields = append(fields, zap.Uint64(stage+"_count", h.GetSampleCount()), zap.Float64(stage+"_sum", h.GetSampleSum()))
-		if stage == "claim" {
-			fields = append(fields, zap.Float64("claim_p50_seconds", bucketQuantile(h, 0.50)),
-				zap.Float64("claim_p99_seconds", bucketQuantile(h, 0.99)))
-		}
+		fields = append(fields, zap.Float64(stage+"_p50"+unit, bucketQuantile(h, 0.50)),
+			zap.Float64(stage+"_p99"+unit, bucketQuantile(h, 0.99)))
 	}
 	return fields
 }

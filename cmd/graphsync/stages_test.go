@@ -8,7 +8,7 @@ import (
 )
 
 // The line sync ends with carries each stage's count and total and the
-// claim's percentiles, estimated inside the bucket they fall in.
+// percentiles of each, estimated inside the bucket they fall in.
 func TestStageFields(t *testing.T) {
 	claim := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "outbox_claim_duration_seconds",
 		Buckets: []float64{0.001, 0.002, 0.004, 0.008}})
@@ -46,5 +46,10 @@ func TestStageFields(t *testing.T) {
 	// The 99th is in the (4 ms, 8 ms] bucket.
 	if p99 := got["claim_p99_seconds"].(float64); p99 <= 0.004 || p99 > 0.008 {
 		t.Fatalf("claim p99 %v, want within (0.004, 0.008]", p99)
+	}
+	// Every stage has its percentiles: the one apply is in (0.1 s, 0.25 s]
+	// of the default buckets; batch sizes are counts, not seconds.
+	if p99 := got["apply_p99_seconds"].(float64); p99 <= 0.1 || p99 > 0.25 {
+		t.Fatalf("apply p99 %v, want within (0.1, 0.25]", p99)
 	}
 }
