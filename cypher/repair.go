@@ -119,11 +119,17 @@ func RemovePropertyText(label string) string {
 }
 
 // MatchRelationshipText finds the relationships of rows {eid, type,
-// from_tenant, from_id, to_tenant, to_id} as r: by element id, which Neo4j
-// may give a new relationship once the one read was deleted, and only when
-// the type and both ends' keys are still the ones read.
+// from_tenant, from_id, to_tenant, to_id, owner} as r: by element id, which
+// Neo4j may give a new relationship once the one read was deleted, and only
+// when the type and both ends' keys are still the ones read. owner, when not
+// null, is {from, version, outbox_id}: the owning end (the From end when
+// from is true) must still carry the version and outbox id it was read
+// with, so a relationship the owner's next event made right meanwhile is
+// left alone (sync writes one or the other with every event it applies).
 const MatchRelationshipText = "UNWIND $rows AS row\nMATCH (a)-[r]->(b)\nWHERE elementId(r) = row.eid AND type(r) = row.type\n" +
-	"  AND a.tenant_id = row.from_tenant AND a.id = row.from_id AND b.tenant_id = row.to_tenant AND b.id = row.to_id\n"
+	"  AND a.tenant_id = row.from_tenant AND a.id = row.from_id AND b.tenant_id = row.to_tenant AND b.id = row.to_id\n" +
+	"  AND (row.owner IS NULL OR (CASE WHEN row.owner.from THEN [coalesce(a." + graphmodel.PropVersion + ", 0), coalesce(a." + graphmodel.PropOutboxID + ", 0)]" +
+	" ELSE [coalesce(b." + graphmodel.PropVersion + ", 0), coalesce(b." + graphmodel.PropOutboxID + ", 0)] END) = [row.owner.version, row.owner.outbox_id])\n"
 
 // DeleteRelationshipsText deletes the relationships of MatchRelationshipText's rows.
 const DeleteRelationshipsText = MatchRelationshipText + "DELETE r\nRETURN count(*) AS applied"

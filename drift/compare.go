@@ -126,7 +126,8 @@ func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 		k := r.key(model)
 		w, ok := want[k]
 		if !ok || seen[k] {
-			add(ExtraRelationship, relText(r, got.id)+" is not implied by the rows", &repairAction{deleteRel: refOf(r, tenant, got.id)})
+			add(ExtraRelationship, relText(r, got.id)+" is not implied by the rows",
+				&repairAction{deleteRel: refOf(r, tenant, got.id).guardedBy(r.out, got)})
 			continue
 		}
 		seen[k] = true

@@ -504,6 +504,75 @@ func TestOutboxRowsDoNotExplainPersonalData(t *testing.T) {
 	}
 }
 
+// A relationship the rows do not imply is deleted only while its owner is
+// the node drift read: when sync applied the owner's next event in between
+// (which may imply it, and then keeps the one it finds), the repair leaves
+// it for the next run. Aggregates and reference nodes alike: the owner's
+// version and outbox id are both checked.
+func TestExtraRelationshipRepairLeavesAnOwnerSyncMovedOn(t *testing.T) {
+	pool, driver := stack(t)
+	ctx := context.Background()
+	tenant := 9_000_000_000 + time.Now().UnixNano()%1_000_000_000
+	cleanGraph(t, driver, []int64{tenant})
+	if _, err := neo4j.ExecuteQuery(ctx, driver, `CREATE (o:Order {tenant_id: $t, id: 1, sync_version: 3, sync_outbox_id: 70})
+		-[:CONTAINS {tenant_id: $t, line_no: 1}]->(:Product {tenant_id: $t, id: 2})`,
+		map[string]any{"t": tenant}, neo4j.EagerResultTransformer); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(pool, driver, Config{}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := *c.cfg.Model
+	label, _ := model.Label("Order")
+	edges := func() int64 {
+		t.Helper()
+		res, err := neo4j.ExecuteQuery(ctx, driver, `MATCH (:Order {tenant_id: $t, id: 1})-[r:CONTAINS]->() RETURN count(r) AS n`,
+			map[string]any{"t": tenant}, neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "n")
+		return n
+	}
+	// The verdict: the rows imply an order without lines.
+	verdict := func() []Finding {
+		t.Helper()
+		got, err := graphChunk(ctx, driver, c.cfg.Database, model, "Order", tenant, 0, 10, sample{offset: 0, share: 1000})
+		if err != nil || len(got) != 1 {
+			t.Fatalf("graph read: %v, %d nodes", err, len(got))
+		}
+		want := &node{label: "Order", id: 1, version: got[0].version}
+		findings := compareRels(model, tenant, label, want, &got[0], want)
+		if len(findings) != 1 || findings[0].Kind != ExtraRelationship || findings[0].repair.deleteRel == nil {
+			t.Fatalf("findings %+v, want one extra relationship to delete", findings)
+		}
+		return findings
+	}
+	repair := func(findings []Finding) {
+		t.Helper()
+		if _, err := (&run{c: c, model: model, findings: findings}).repair(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, moved := range []string{"SET o.sync_version = 4", "SET o.sync_outbox_id = 71"} {
+		findings := verdict()
+		// Sync applies the owner's next event after the verdict.
+		if _, err := neo4j.ExecuteQuery(ctx, driver, "MATCH (o:Order {tenant_id: $t, id: 1}) "+moved,
+			map[string]any{"t": tenant}, neo4j.EagerResultTransformer); err != nil {
+			t.Fatal(err)
+		}
+		repair(findings)
+		if n := edges(); n != 1 {
+			t.Fatalf("after %s, the repair of the verdict before it left %d relationships, want the one sync may have made right", moved, n)
+		}
+	}
+	repair(verdict())
+	if n := edges(); n != 0 {
+		t.Fatalf("the repair of a verdict on the owner as it is left %d relationships, want 0", n)
+	}
+}
+
 // A relationship's repair acts on the relationship drift read, not on
 // whatever now has its element id (Neo4j gives the id of a deleted
 // relationship to a new one, of any tenant): it checks the type and both

@@ -41,6 +41,26 @@ type relRef struct {
 	elementID                          string
 	typ                                string
 	fromTenant, fromID, toTenant, toID int64
+	// owner, when set, is the owning end as read: the repair acts only
+	// while it still is (cypher.MatchRelationshipText).
+	owner *ownerSeen
+}
+
+// ownerSeen is a relationship's owner node as drift read it: which end it
+// is, and the version and outbox id sync last stamped on it.
+type ownerSeen struct {
+	from              bool
+	version, outboxID int64
+}
+
+// guardedBy returns r, acted on only while its owner n (the node drift read
+// it from, its From end when out) still carries the stamps it was read
+// with. For a relationship the rows do not imply: the owner's next event
+// may imply it, and sync then keeps the one it finds.
+func (r *relRef) guardedBy(out bool, n *node) *relRef {
+	outboxID, _ := n.props[graphmodel.PropOutboxID].(int64)
+	r.owner = &ownerSeen{from: out, version: n.version, outboxID: outboxID}
+	return r
 }
 
 // refOf names r, a relationship of the node (tenant, id).
@@ -54,8 +74,12 @@ func refOf(r relation, tenant, id int64) *relRef {
 
 // row is the statement row of MatchRelationshipText.
 func (r *relRef) row() map[string]any {
-	return map[string]any{"eid": r.elementID, "type": r.typ, "from_tenant": r.fromTenant, "from_id": r.fromID,
-		"to_tenant": r.toTenant, "to_id": r.toID}
+	row := map[string]any{"eid": r.elementID, "type": r.typ, "from_tenant": r.fromTenant, "from_id": r.fromID,
+		"to_tenant": r.toTenant, "to_id": r.toID, "owner": nil}
+	if o := r.owner; o != nil {
+		row["owner"] = map[string]any{"from": o.from, "version": o.version, "outbox_id": o.outboxID}
+	}
+	return row
 }
 
 // relProp names one property of one relationship.
