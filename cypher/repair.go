@@ -15,10 +15,13 @@ import (
 // a parameter; labels, types and keys come from the validated model.
 
 // RepairNodeText upserts nodes of label from rows {tenant_id, id, version,
-// props, seen}. A node tombstoned meanwhile is left alone. A node newer than
-// the row is left alone too, unless its version is the row's seen: drift
-// found it ahead of rows read after it, a state no event wrote, and a
-// repair overwrites exactly that state (seen is absent from other rows).
+// props, seen, outbox_seen}. A node tombstoned meanwhile is left alone. A
+// node newer than the row is left alone too, unless its version is the
+// row's seen: drift found it ahead of rows read after it, a state no event
+// wrote, and a repair overwrites exactly that state (seen is absent from
+// other rows). A reference node has no version (its rows' is 0): with
+// outbox_seen, the outbox id drift read on it, it is written only while it
+// still holds that id, so a rename sync applied meanwhile is not undone.
 func RepairNodeText(m graphmodel.Model, label string) (string, error) {
 	l, ok := m.Label(label)
 	if !ok || l.Role == graphmodel.RoleTenant {
@@ -32,7 +35,8 @@ func RepairNodeText(m graphmodel.Model, label string) (string, error) {
 	fmt.Fprintf(&b, "MERGE (n:%s {%s: row.tenant_id, %s: row.id})\n", l.Name, graphmodel.KeyTenantID, graphmodel.KeyID)
 	fmt.Fprintf(&b, "ON CREATE SET n.%s = row.version, n.%s = 0\n", graphmodel.PropVersion, graphmodel.PropOutboxID)
 	b.WriteString(lockNode("n"))
-	fmt.Fprintf(&b, "WITH n, row\nWHERE coalesce(n.%s, 0) <= row.version OR n.%s = row.seen\n", graphmodel.PropVersion, graphmodel.PropVersion)
+	fmt.Fprintf(&b, "WITH n, row\nWHERE (coalesce(n.%[1]s, 0) <= row.version OR n.%[1]s = row.seen)\n"+
+		"  AND (row.outbox_seen IS NULL OR coalesce(n.%[2]s, 0) = row.outbox_seen)\n", graphmodel.PropVersion, graphmodel.PropOutboxID)
 	var sets []string
 	if l.Role == graphmodel.RoleAggregate {
 		// A state of another version than the node's is the rows', not an

@@ -48,6 +48,14 @@ func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 		up.seen = got.version
 		upsert = &up
 	}
+	if label.Role == graphmodel.RoleReference {
+		// No version to guard by: the repair writes the node only while it
+		// holds the outbox id read, so a later event's state stays.
+		up := *exp
+		outboxID, _ := got.props[graphmodel.PropOutboxID].(int64)
+		up.outboxSeen = &outboxID
+		upsert = &up
+	}
 	var stale []string
 	if label.Role == graphmodel.RoleAggregate && got.version != exp.version {
 		stale = append(stale, fmt.Sprintf("version: graph %d, rows %d", got.version, exp.version))

@@ -381,6 +381,61 @@ func TestRepairLowersOnlyTheVersionItSaw(t *testing.T) {
 	}
 }
 
+// A reference node has no version to guard its repair by: a stale one is
+// rewritten from its rows only while it still holds the outbox id drift
+// read on it, so a rename sync applied between the verdict and the repair
+// is not undone. The verdict carries that id; rows without it (a
+// reference node an aggregate's repair names) are written as before.
+func TestRepairOfAReferenceNodeLeavesALaterEvent(t *testing.T) {
+	_, driver := stack(t)
+	tenant := 9_000_000_000 + time.Now().UnixNano()%1_000_000_000
+	cleanGraph(t, driver, []int64{tenant})
+	for id := int64(1); id <= 3; id++ {
+		cypherExec(t, driver, `CREATE (:Category {tenant_id: $t, id: $id, sync_version: 0, sync_outbox_id: 40, name: 'graph'})`,
+			map[string]any{"t": tenant, "id": id})
+	}
+	model := graphmodel.Default
+	label, _ := model.Label(graphmodel.LabelCategory)
+	got := &node{label: label.Name, id: 1, props: map[string]any{"name": "graph", graphmodel.PropOutboxID: int64(40)}}
+	want := &node{label: label.Name, id: 1, props: map[string]any{"name": "rows"}, required: true}
+	findings := compareNode(model, tenant, label, want, got)
+	if len(findings) != 1 || findings[0].repair.upsert == nil || findings[0].repair.upsert.outboxSeen == nil ||
+		*findings[0].repair.upsert.outboxSeen != 40 {
+		t.Fatalf("findings %+v: want one stale node whose repair carries the outbox id read (40)", findings)
+	}
+	// Sync applies a rename of category 2 after the verdict.
+	cypherExec(t, driver, `MATCH (c:Category {tenant_id: $t, id: 2}) SET c.sync_outbox_id = 41, c.name = 'event'`, map[string]any{"t": tenant})
+	text, err := cypher.RepairNodeText(model, label.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := func(id int64, seen any) map[string]any {
+		r := map[string]any{"tenant_id": tenant, "id": id, "version": int64(0), "props": map[string]any{"name": "rows"}}
+		if seen != nil {
+			r["outbox_seen"] = seen
+		}
+		return r
+	}
+	// 1: still as read; 2: moved on from 40 to 41; 3: no outbox id read.
+	cypherExec(t, driver, text, map[string]any{"rows": []any{row(1, int64(40)), row(2, int64(40)), row(3, nil)}})
+	res, err := neo4j.ExecuteQuery(context.Background(), driver, `MATCH (c:Category {tenant_id: $t}) RETURN c.id AS id, c.name AS name ORDER BY c.id`,
+		map[string]any{"t": tenant}, neo4j.EagerResultTransformer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantNames := map[int64]string{1: "rows", 2: "event", 3: "rows"}
+	for _, rec := range res.Records {
+		id, _, _ := neo4j.GetRecordValue[int64](rec, "id")
+		name, _, _ := neo4j.GetRecordValue[string](rec, "name")
+		if name != wantNames[id] {
+			t.Errorf("category %d after the repair: %q, want %q", id, name, wantNames[id])
+		}
+	}
+	if len(res.Records) != 3 {
+		t.Fatalf("%d categories, want 3", len(res.Records))
+	}
+}
+
 // Past MaxSuspects, differences are counted from the first pass only and
 // left unrepaired: a first-pass verdict may be false under live sync, and a
 // repair acts on it for good. Each run repairs what its second look

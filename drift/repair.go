@@ -264,6 +264,9 @@ func projectionStatements(model graphmodel.Model, nodes []*node, rebuildBelow in
 			if n.seen > 0 && up.Label == n.label && up.ID == n.id {
 				row["seen"] = n.seen // the aggregate found ahead of its rows
 			}
+			if n.outboxSeen != nil && up.Label == n.label && up.ID == n.id {
+				row["outbox_seen"] = *n.outboxSeen // the reference node as drift read it
+			}
 			if l, _ := model.Label(up.Label); rebuildBelow > 0 && l.Role == graphmodel.RoleReference {
 				row["below"] = int64(1)
 				if owner.Role == graphmodel.RoleReference {

@@ -35,6 +35,9 @@ type node struct {
 	// seen, for repair: the newer graph version the repair may overwrite
 	// (the graph found ahead of its rows); 0 for none.
 	seen int64
+	// outboxSeen, for the repair of a reference node: the outbox id read on
+	// it, which the node must still hold (cypher.RepairNodeText).
+	outboxSeen *int64
 }
 
 // relation is one relationship seen from its owner node.
