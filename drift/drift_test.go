@@ -562,8 +562,8 @@ func TestOutboxRowsDoNotExplainPersonalData(t *testing.T) {
 // A relationship the rows do not imply is deleted only while its owner is
 // the node drift read: when sync applied the owner's next event in between
 // (which may imply it, and then keeps the one it finds), the repair leaves
-// it for the next run. Aggregates and reference nodes alike: the owner's
-// version and outbox id are both checked.
+// it for the next run. Both of the owner's stamps are checked, its version
+// and its outbox id: either one moving means sync wrote the owner.
 func TestExtraRelationshipRepairLeavesAnOwnerSyncMovedOn(t *testing.T) {
 	pool, driver := stack(t)
 	ctx := context.Background()
