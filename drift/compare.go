@@ -43,12 +43,12 @@ func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 	// owner's version, which the node's repair has lowered by then).
 	upsert := exp
 	ahead := label.Role == graphmodel.RoleAggregate && got.version > exp.version
-	if ahead {
+	switch {
+	case ahead:
 		up := *exp
 		up.seen = got.version
 		upsert = &up
-	}
-	if label.Role == graphmodel.RoleReference {
+	case label.Role == graphmodel.RoleReference:
 		// No version to guard by: the repair writes the node only while it
 		// holds the outbox id read, so a later event's state stays.
 		up := *exp

@@ -374,25 +374,11 @@ func TestClaimAheadRunsBesideASlowSettle(t *testing.T) {
 func testClaimAheadBesideSettle(t *testing.T, mode WakeMode) {
 	h := newHarness(t, mode)
 	ctx := context.Background()
-	var ids []int64
-	rows, err := h.pool.Query(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
-		SELECT 1, 'Order', a, 'OrderConfirmed', jsonb_build_object('n', n)
-		FROM unnest(ARRAY[0, 1, 2, 3, 4, 5, 0, 1]) WITH ORDINALITY AS x(a, n) ORDER BY n
-		RETURNING id`)
-	if err != nil {
-		t.Fatal(err)
+	var events []event
+	for n, a := range []int64{0, 1, 2, 3, 4, 5, 0, 1} {
+		events = append(events, event{tenant: 1, aggType: "Order", aggID: a, eventType: "OrderConfirmed", payload: fmt.Sprintf(`{"n": %d}`, n)})
 	}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	if rows.Close(); rows.Err() != nil || len(ids) != 8 {
-		t.Fatalf("inserted %v: %v", ids, rows.Err())
-	}
-	slices.Sort(ids)
+	ids := h.insertTogether(events...)
 
 	// The first delivery takes a row lock on its first row, so the settle's
 	// mark of that batch waits until the test lets go.

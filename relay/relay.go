@@ -169,10 +169,9 @@ func (r *worker) rewakeNow() {
 // work overlaps the sink's; behind a sink faster than the settle, the claim
 // ahead runs beside the previous batch's settle (docs/adr/0012). The next
 // batch cannot hold an aggregate of the one in delivery (its aggregates are
-// leased until it is settled), so
-// per-aggregate order and "mark only after the sink committed" are
-// unchanged. A batch claimed ahead is handed back uncounted when the one
-// before it failed. Likewise a delivered batch is settled (marked, its
+// leased until it is settled), so per-aggregate order and "mark only after
+// the sink committed" are unchanged. A batch claimed ahead is handed back
+// uncounted when the one before it failed. Likewise a delivered batch is settled (marked, its
 // aggregate leases ended) while the next one is delivered: its aggregates
 // stay leased until then, so no batch delivered meanwhile holds one of them.
 // A failed settle counts as a failure of the batch delivered beside it; one
