@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
@@ -36,17 +37,20 @@ var latencySetup = workload.Config{Seed: 5, Tenants: 3, ProductsPerTenant: 20, C
 
 // latencyResult is scenario 2 for one wake mode.
 type latencyResult struct {
-	Mode              string      `json:"mode"`
-	OfferedPerSec     int         `json:"offered_events_per_sec"`
-	AchievedPerSec    float64     `json:"achieved_events_per_sec"`
-	DurationSeconds   float64     `json:"duration_seconds"`
-	Events            int         `json:"events"`
-	P50Ms             float64     `json:"p50_ms"`
-	P99Ms             float64     `json:"p99_ms"`
-	MaxMs             float64     `json:"max_ms"`
-	MeanMs            float64     `json:"mean_ms"`
-	ProducerTxP50Ms   float64     `json:"producer_tx_p50_ms"`
-	CommitP50Ms       float64     `json:"producer_commit_p50_ms"`
+	Mode            string  `json:"mode"`
+	OfferedPerSec   int     `json:"offered_events_per_sec"`
+	AchievedPerSec  float64 `json:"achieved_events_per_sec"`
+	DurationSeconds float64 `json:"duration_seconds"`
+	Events          int     `json:"events"`
+	P50Ms           float64 `json:"p50_ms"`
+	P99Ms           float64 `json:"p99_ms"`
+	MaxMs           float64 `json:"max_ms"`
+	MeanMs          float64 `json:"mean_ms"`
+	ProducerTxP50Ms float64 `json:"producer_tx_p50_ms"`
+	CommitP50Ms     float64 `json:"producer_commit_p50_ms"`
+	// Neo4jFloor is the same run's floor under the latency: one-property
+	// write transactions committed beside the probes.
+	Neo4jFloor        *neo4jFloor `json:"neo4j_write_floor,omitempty"`
 	Measure           string      `json:"measure"`
 	ProbeEvent        string      `json:"probe_event"`
 	NegativeLatencies int         `json:"negative_latencies,omitempty"`
@@ -100,8 +104,15 @@ func runLatency(ctx context.Context, st *stack, cfg benchConfig, mode string, lo
 	total := warm + int(float64(cfg.latencyRate)*cfg.latencyDuration.Seconds())
 	log.Info("offering", zap.Int("rate", cfg.latencyRate), zap.Duration("warm_up", cfg.latencyWarmUp),
 		zap.Duration("for", cfg.latencyDuration), zap.Int("products", len(products)))
+	// The floor is measured beside the probes, under the same load.
+	floorDone := make(chan floorOutcome, 1)
+	go func() {
+		floor, err := measureNeo4jFloor(ctx, sc.st.driver, cfg.latencyDuration)
+		floorDone <- floorOutcome{floor, err}
+	}()
 	committed, txTook, commitTook, err := offer(ctx, sc, products, cfg.latencyRate, total, cfg.latencyWarmUp+cfg.latencyDuration)
 	if err != nil {
+		<-floorDone
 		return result, err
 	}
 	if err := sc.waitApplied(ctx, 2*time.Minute); err != nil {
@@ -152,6 +163,11 @@ func runLatency(ctx context.Context, st *stack, cfg benchConfig, mode string, lo
 	result.MeanMs = mean(latencies)
 	result.ProducerTxP50Ms = percentile(txTook, 0.50)
 	result.CommitP50Ms = percentile(commitTook, 0.50)
+	outcome := <-floorDone
+	if outcome.err != nil {
+		return result, outcome.err
+	}
+	result.Neo4jFloor = &outcome.floor
 	log.Info("measured", zap.Float64("p50_ms", result.P50Ms), zap.Float64("p99_ms", result.P99Ms),
 		zap.Float64("achieved_per_sec", result.AchievedPerSec))
 	return result, nil
@@ -346,4 +362,79 @@ func mean(values []float64) float64 {
 		sum += v
 	}
 	return sum / float64(len(values))
+}
+
+// neo4jFloorRate is how many floor transactions a second
+// measureNeo4jFloor commits beside the probes: a few percent of Neo4j's
+// transactions at the offered rate, so the floor shares the load without
+// adding much to it.
+const neo4jFloorRate = 25
+
+// neo4jFloor is how long the smallest write transaction takes on this
+// machine under the latency scenario's load, from the driver: sync's apply
+// is one such transaction (with more statements in it), so commit-to-graph
+// cannot be faster, and its tail shows what the machine adds.
+type neo4jFloor struct {
+	Transactions int     `json:"transactions"`
+	PerSec       int     `json:"per_sec"`
+	P50Ms        float64 `json:"p50_ms"`
+	P99Ms        float64 `json:"p99_ms"`
+	Statement    string  `json:"statement"`
+}
+
+type floorOutcome struct {
+	floor neo4jFloor
+	err   error
+}
+
+// neo4jFloorStatement sets one property of a node of its own, which
+// nothing else reads or writes (so it waits for no lock sync holds), as its
+// own write transaction (a session each, as the projector opens one for
+// each batch); measureNeo4jFloor deletes the node afterwards.
+const neo4jFloorStatement = "MERGE (f:BenchWriteFloor {run: $run}) SET f.n = $n RETURN count(f) AS n"
+
+// measureNeo4jFloor commits neo4jFloorRate write transactions a second,
+// one at a time, for the given duration, and reports their p50 and p99,
+// each timed from opening its session to its commit returning.
+func measureNeo4jFloor(ctx context.Context, driver neo4j.DriverWithContext, duration time.Duration) (neo4jFloor, error) {
+	run := time.Now().UnixNano()
+	n := int(duration.Seconds() * neo4jFloorRate)
+	took := make([]float64, 0, n)
+	ticker := time.NewTicker(time.Second / neo4jFloorRate)
+	defer ticker.Stop()
+	for i := range n {
+		select {
+		case <-ctx.Done():
+			return neo4jFloor{}, ctx.Err()
+		case <-ticker.C:
+		}
+		start := time.Now()
+		session := driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite})
+		matched, err := session.ExecuteWrite(ctx, func(tx neo4j.ManagedTransaction) (any, error) {
+			result, err := tx.Run(ctx, neo4jFloorStatement, map[string]any{"run": run, "n": i})
+			if err != nil {
+				return nil, err
+			}
+			record, err := result.Single(ctx)
+			if err != nil {
+				return nil, err
+			}
+			count, _, err := neo4j.GetRecordValue[int64](record, "n")
+			return count, err
+		})
+		closeErr := session.Close(ctx)
+		took = append(took, float64(time.Since(start).Microseconds())/1000)
+		if err = errors.Join(err, closeErr); err != nil {
+			return neo4jFloor{}, fmt.Errorf("neo4j write floor: %w", err)
+		}
+		if matched != int64(1) {
+			return neo4jFloor{}, fmt.Errorf("neo4j write floor: wrote %v nodes, want 1", matched)
+		}
+	}
+	if _, err := neo4j.ExecuteQuery(ctx, driver, "MATCH (f:BenchWriteFloor {run: $run}) DELETE f",
+		map[string]any{"run": run}, neo4j.EagerResultTransformer); err != nil {
+		return neo4jFloor{}, fmt.Errorf("neo4j write floor: clean up: %w", err)
+	}
+	slices.Sort(took)
+	return neo4jFloor{Transactions: n, PerSec: neo4jFloorRate, P50Ms: percentile(took, 0.50), P99Ms: percentile(took, 0.99), Statement: neo4jFloorStatement}, nil
 }

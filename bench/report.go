@@ -248,6 +248,10 @@ func (r *results) print(out io.Writer, path string, writeErr error) {
 				fmt.Fprintf(out, "  sync internals, latency %s: %d batches of %.1f rows on average; %d claims of %.1fms; projector apply %.0fms per batch (probe COMMIT call p50 %.2fms).\n",
 					l.Mode, m.Batches, m.MeanBatchSize, m.Claims, m.MeanClaimMs, m.MeanApplyMs, l.CommitP50Ms)
 			}
+			if f := l.Neo4jFloor; l.Error == "" && f != nil {
+				fmt.Fprintf(out, "  neo4j write floor, latency %s: %d one-property write transactions, %d a second beside the probes: p50 %.1fms, p99 %.1fms (commit-to-graph p99 %.1f times it).\n",
+					l.Mode, f.Transactions, f.PerSec, f.P50Ms, f.P99Ms, l.P99Ms/f.P99Ms)
+			}
 		}
 		for _, t := range r.Throughput {
 			if m := t.SyncMetrics; t.Error == "" && m.Batches > 0 {
