@@ -37,26 +37,26 @@ var latencySetup = workload.Config{Seed: 5, Tenants: 3, ProductsPerTenant: 20, C
 
 // latencyResult is scenario 2 for one wake mode.
 type latencyResult struct {
-	Mode            string  `json:"mode"`
-	OfferedPerSec   int     `json:"offered_events_per_sec"`
-	AchievedPerSec  float64 `json:"achieved_events_per_sec"`
-	DurationSeconds float64 `json:"duration_seconds"`
-	Events          int     `json:"events"`
-	P50Ms           float64 `json:"p50_ms"`
-	P99Ms           float64 `json:"p99_ms"`
-	MaxMs           float64 `json:"max_ms"`
-	MeanMs          float64 `json:"mean_ms"`
-	ProducerTxP50Ms float64 `json:"producer_tx_p50_ms"`
-	CommitP50Ms     float64 `json:"producer_commit_p50_ms"`
-	// Neo4jFloor is the same run's floor under the latency: one-property
-	// write transactions committed beside the probes.
-	Neo4jFloor        *neo4jFloor `json:"neo4j_write_floor,omitempty"`
+	Mode              string      `json:"mode"`
+	OfferedPerSec     int         `json:"offered_events_per_sec"`
+	AchievedPerSec    float64     `json:"achieved_events_per_sec"`
+	DurationSeconds   float64     `json:"duration_seconds"`
+	Events            int         `json:"events"`
+	P50Ms             float64     `json:"p50_ms"`
+	P99Ms             float64     `json:"p99_ms"`
+	MaxMs             float64     `json:"max_ms"`
+	MeanMs            float64     `json:"mean_ms"`
+	ProducerTxP50Ms   float64     `json:"producer_tx_p50_ms"`
+	CommitP50Ms       float64     `json:"producer_commit_p50_ms"`
 	Measure           string      `json:"measure"`
 	ProbeEvent        string      `json:"probe_event"`
 	NegativeLatencies int         `json:"negative_latencies,omitempty"`
 	SyncTrouble       logTrouble  `json:"sync_log_trouble"`
 	SyncMetrics       syncMetrics `json:"sync_metrics"`
 	Error             string      `json:"error,omitempty"`
+	// Neo4jFloor is the same run's floor under the latency: one-property
+	// write transactions committed beside the probes.
+	Neo4jFloor *neo4jFloor `json:"neo4j_write_floor,omitempty"`
 }
 
 // probeProduct is a product a producer re-prices; only its owner touches it.
@@ -105,13 +105,16 @@ func runLatency(ctx context.Context, st *stack, cfg benchConfig, mode string, lo
 	log.Info("offering", zap.Int("rate", cfg.latencyRate), zap.Duration("warm_up", cfg.latencyWarmUp),
 		zap.Duration("for", cfg.latencyDuration), zap.Int("products", len(products)))
 	// The floor is measured beside the probes, under the same load.
+	floorCtx, stopFloor := context.WithCancel(ctx)
+	defer stopFloor()
 	floorDone := make(chan floorOutcome, 1)
 	go func() {
-		floor, err := measureNeo4jFloor(ctx, sc.st.driver, cfg.latencyDuration)
+		floor, err := measureNeo4jFloor(floorCtx, sc.st.driver, cfg.latencyDuration)
 		floorDone <- floorOutcome{floor, err}
 	}()
 	committed, txTook, commitTook, err := offer(ctx, sc, products, cfg.latencyRate, total, cfg.latencyWarmUp+cfg.latencyDuration)
 	if err != nil {
+		stopFloor()
 		<-floorDone
 		return result, err
 	}
@@ -163,11 +166,11 @@ func runLatency(ctx context.Context, st *stack, cfg benchConfig, mode string, lo
 	result.MeanMs = mean(latencies)
 	result.ProducerTxP50Ms = percentile(txTook, 0.50)
 	result.CommitP50Ms = percentile(commitTook, 0.50)
-	outcome := <-floorDone
-	if outcome.err != nil {
-		return result, outcome.err
+	if outcome := <-floorDone; outcome.err != nil {
+		log.Warn("no neo4j write floor", zap.Error(outcome.err))
+	} else {
+		result.Neo4jFloor = &outcome.floor
 	}
-	result.Neo4jFloor = &outcome.floor
 	log.Info("measured", zap.Float64("p50_ms", result.P50Ms), zap.Float64("p99_ms", result.P99Ms),
 		zap.Float64("achieved_per_sec", result.AchievedPerSec))
 	return result, nil
@@ -390,14 +393,25 @@ type floorOutcome struct {
 // neo4jFloorStatement sets one property of a node of its own, which
 // nothing else reads or writes (so it waits for no lock sync holds), as its
 // own write transaction (a session each, as the projector opens one for
-// each batch); measureNeo4jFloor deletes the node afterwards.
+// each batch); measureNeo4jFloor deletes the node afterwards, however it
+// ends.
 const neo4jFloorStatement = "MERGE (f:BenchWriteFloor {run: $run}) SET f.n = $n RETURN count(f) AS n"
 
 // measureNeo4jFloor commits neo4jFloorRate write transactions a second,
-// one at a time, for the given duration, and reports their p50 and p99,
+// one at a time, for about the given duration (longer if they fall behind
+// the rate), and reports their p50 and p99,
 // each timed from opening its session to its commit returning.
-func measureNeo4jFloor(ctx context.Context, driver neo4j.DriverWithContext, duration time.Duration) (neo4jFloor, error) {
+func measureNeo4jFloor(ctx context.Context, driver neo4j.DriverWithContext, duration time.Duration) (_ neo4jFloor, err error) {
 	run := time.Now().UnixNano()
+	// The node goes also when the measurement is cut short.
+	defer func() {
+		cleanCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if _, cleanErr := neo4j.ExecuteQuery(cleanCtx, driver, "MATCH (f:BenchWriteFloor {run: $run}) DELETE f",
+			map[string]any{"run": run}, neo4j.EagerResultTransformer); cleanErr != nil {
+			err = errors.Join(err, fmt.Errorf("neo4j write floor: clean up: %w", cleanErr))
+		}
+	}()
 	n := int(duration.Seconds() * neo4jFloorRate)
 	took := make([]float64, 0, n)
 	ticker := time.NewTicker(time.Second / neo4jFloorRate)
@@ -430,10 +444,6 @@ func measureNeo4jFloor(ctx context.Context, driver neo4j.DriverWithContext, dura
 		if matched != int64(1) {
 			return neo4jFloor{}, fmt.Errorf("neo4j write floor: wrote %v nodes, want 1", matched)
 		}
-	}
-	if _, err := neo4j.ExecuteQuery(ctx, driver, "MATCH (f:BenchWriteFloor {run: $run}) DELETE f",
-		map[string]any{"run": run}, neo4j.EagerResultTransformer); err != nil {
-		return neo4jFloor{}, fmt.Errorf("neo4j write floor: clean up: %w", err)
 	}
 	slices.Sort(took)
 	return neo4jFloor{Transactions: n, PerSec: neo4jFloorRate, P50Ms: percentile(took, 0.50), P99Ms: percentile(took, 0.99), Statement: neo4jFloorStatement}, nil
