@@ -30,6 +30,7 @@ type Builder struct {
 	relClear    map[string]string // by type, Single relationships
 	relMerge    map[string]string // by type
 	owners      string
+	batch       batchText
 }
 
 // NewBuilder validates m and prepares every statement text it allows.
@@ -66,6 +67,7 @@ func NewBuilder(m graphmodel.Model) (*Builder, error) {
 		b.relMerge[r.Type] = relMergeText(r)
 	}
 	b.owners = ownersQueryText(b)
+	b.batch = newBatchText(b.Texts())
 	return b, nil
 }
 

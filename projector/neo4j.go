@@ -146,8 +146,12 @@ func (p *Projector) apply(ctx context.Context, items []*item, ahead *lookAhead) 
 			graph, current = ahead.merge(graph, current)
 		}
 		accepted, refused := newAdmission(model, graph).admit(items)
-		for _, stmt := range p.builder.StatementsOf(statementRows(accepted), current) {
-			if err := runStatement(ctx, tx, stmt); err != nil {
+		if stmts := p.builder.StatementsOf(statementRows(accepted), current); len(stmts) > 0 {
+			batch, err := p.builder.Batch(stmts)
+			if err != nil {
+				return nil, err
+			}
+			if err := runBatch(ctx, tx, batch); err != nil {
 				return nil, notRetriedIfTooLarge(err)
 			}
 		}
@@ -236,26 +240,29 @@ func readOwners(ctx context.Context, tx neo4j.ManagedTransaction, query string, 
 	return graph, current, nil
 }
 
-func runStatement(ctx context.Context, tx neo4j.ManagedTransaction, stmt cypher.Statement) error {
-	result, err := tx.Run(ctx, stmt.Text, stmt.Params)
+// runBatch runs a batch's statements in one round trip (cypher.Batch) and
+// checks what each counted statement reports.
+func runBatch(ctx context.Context, tx neo4j.ManagedTransaction, batch cypher.Batch) error {
+	result, err := tx.Run(ctx, batch.Text, batch.Params)
 	if err != nil {
-		return err
-	}
-	if stmt.Expect < 0 {
-		_, err = result.Consume(ctx)
 		return err
 	}
 	record, err := result.Single(ctx)
 	if err != nil {
 		return err
 	}
-	applied, _, err := neo4j.GetRecordValue[int64](record, "applied")
+	applied, _, err := neo4j.GetRecordValue[[]any](record, "applied")
 	if err != nil {
 		return err
 	}
-	if applied != int64(stmt.Expect) {
-		// A node admission saw was gone when the relationship was written.
-		return &dataError{fmt.Errorf("merged %d of %d relationships: an endpoint node is missing", applied, stmt.Expect)}
+	if len(applied) != len(batch.Expect) {
+		return fmt.Errorf("the batch reported %d counts, want %d", len(applied), len(batch.Expect))
+	}
+	for i, want := range batch.Expect {
+		if got, ok := applied[i].(int64); !ok || got != int64(want) {
+			// A node admission saw was gone when the relationship was written.
+			return &dataError{fmt.Errorf("merged %v of %d relationships: an endpoint node is missing", applied[i], want)}
+		}
 	}
 	return nil
 }

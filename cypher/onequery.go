@@ -1,0 +1,84 @@
+package cypher
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Batch is a write transaction's statements as one query, so that Neo4j
+// sees one round trip instead of one per statement: every statement the
+// builder has (Texts), in its fixed order, as a CALL subquery, each reading
+// its rows from one entry of the single map parameter $batch (an empty list
+// for the statements this batch does not need, which then do nothing). The
+// text is the same for every batch: Neo4j plans it once (Projector.WarmUp)
+// whatever the batch holds, and a map parameter, unlike a list, has no
+// size classes to plan apart (docs/adr/0013).
+type Batch struct {
+	Text   string
+	Params map[string]any
+	// Expect holds, for each entry of the query's single "applied" list
+	// column, how many rows that statement must report (Statement.Expect).
+	Expect []int
+}
+
+// batchText is the builder's Batch query, made once in NewBuilder.
+type batchText struct {
+	text    string
+	slot    map[string]int // statement text -> its key's index, "s<index>"
+	counted []int          // the slots that report "applied", in list order
+}
+
+const (
+	batchParam   = "batch"
+	appliedAlias = "applied"
+	countedTail  = "\nRETURN count(*) AS " + appliedAlias
+)
+
+func slotKey(i int) string { return fmt.Sprintf("s%d", i) }
+
+func newBatchText(texts []string) batchText {
+	bt := batchText{slot: map[string]int{}}
+	var sb strings.Builder
+	var applied []string
+	for i, text := range texts {
+		bt.slot[text] = i
+		body := strings.ReplaceAll(text, "$rows", "$"+batchParam+"."+slotKey(i))
+		if strings.HasSuffix(body, countedTail) {
+			alias := appliedAlias + "_" + slotKey(i)
+			body = strings.TrimSuffix(body, countedTail) + "\nRETURN count(*) AS " + alias
+			applied = append(applied, alias)
+			bt.counted = append(bt.counted, i)
+		}
+		fmt.Fprintf(&sb, "CALL {\n%s\n}\n", body)
+	}
+	fmt.Fprintf(&sb, "RETURN [%s] AS %s", strings.Join(applied, ", "), appliedAlias)
+	bt.text = sb.String()
+	return bt
+}
+
+// Batch packs statements of this builder (StatementsOf's) into one query;
+// they keep their order, which is the builder's. It fails on a statement
+// the builder does not have.
+func (b *Builder) Batch(stmts []Statement) (Batch, error) {
+	rows := make(map[string]any, len(b.batch.slot))
+	for _, i := range b.batch.slot {
+		rows[slotKey(i)] = []any{}
+	}
+	expect := map[int]int{}
+	for _, stmt := range stmts {
+		i, ok := b.batch.slot[stmt.Text]
+		if !ok {
+			return Batch{}, fmt.Errorf("cypher: batch: a statement this builder does not have:\n%s", stmt.Text)
+		}
+		rows[slotKey(i)] = stmt.Params["rows"]
+		expect[i] = stmt.Expect
+	}
+	out := Batch{Text: b.batch.text, Params: map[string]any{batchParam: rows}, Expect: make([]int, len(b.batch.counted))}
+	for n, i := range b.batch.counted {
+		out.Expect[n] = expect[i] // 0 when the statement had no rows
+	}
+	return out, nil
+}
+
+// BatchText is the query every Batch sends.
+func (b *Builder) BatchText() string { return b.batch.text }

@@ -1,0 +1,84 @@
+package cypher
+
+import (
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestBatchText(t *testing.T) {
+	golden(t, "onequery", newBuilder(t).BatchText())
+}
+
+// Batch keeps StatementsOf's statements, their order and their rows: each
+// statement's rows sit under the key its subquery reads, every key the text
+// reads is filled (Neo4j reads a missing key as null, and UNWIND null
+// writes nothing, silently), and each counted statement expects what
+// StatementsOf said.
+func TestBatchCarriesEveryStatement(t *testing.T) {
+	b := newBuilder(t)
+	stmts, err := b.Statements(sampleMutations(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := b.Batch(stmts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if batch.Text != b.BatchText() {
+		t.Fatal("a batch's text differs from BatchText: Neo4j would plan it apart")
+	}
+	rows := batch.Params[batchParam].(map[string]any)
+	read := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\$batch\.(s\d+)\b`).FindAllStringSubmatch(batch.Text, -1) {
+		read[m[1]] = true
+		if _, ok := rows[m[1]]; !ok {
+			t.Errorf("the text reads $batch.%s, which Batch does not fill", m[1])
+		}
+	}
+	if len(read) != len(rows) || len(rows) != len(b.Texts()) {
+		t.Errorf("the text reads %d keys, Batch fills %d, the builder has %d statements", len(read), len(rows), len(b.Texts()))
+	}
+	// The statements' subqueries, in the statements' order.
+	last := -1
+	for _, stmt := range stmts {
+		i := b.batch.slot[stmt.Text]
+		if got := rows[slotKey(i)]; !reflect.DeepEqual(got, stmt.Params["rows"]) {
+			t.Errorf("slot %d holds %v, want the statement's rows %v", i, got, stmt.Params["rows"])
+		}
+		at := strings.Index(batch.Text, "$batch."+slotKey(i)+" ")
+		if at <= last {
+			t.Errorf("statement %d comes before the one it follows:\n%s", i, stmt.Text)
+		}
+		last = at
+	}
+	var want []int
+	for _, i := range b.batch.counted {
+		expect := 0
+		for _, stmt := range stmts {
+			if b.batch.slot[stmt.Text] == i {
+				expect = stmt.Expect
+			}
+		}
+		want = append(want, expect)
+	}
+	if !reflect.DeepEqual(batch.Expect, want) {
+		t.Errorf("expect %v, want %v", batch.Expect, want)
+	}
+	if len(want) == 0 || slicesMax(want) == 0 {
+		t.Error("the sample counts no relationship: the test proves nothing about Expect")
+	}
+	// A statement the builder does not have is refused, not dropped.
+	if _, err := b.Batch([]Statement{{Text: "UNWIND $rows AS row RETURN row"}}); err == nil {
+		t.Error("Batch took a statement the builder does not have")
+	}
+}
+
+func slicesMax(xs []int) int {
+	m := xs[0]
+	for _, x := range xs {
+		m = max(m, x)
+	}
+	return m
+}
