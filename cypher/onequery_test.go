@@ -69,6 +69,24 @@ func TestBatchCarriesEveryStatement(t *testing.T) {
 	if len(want) == 0 || slicesMax(want) == 0 {
 		t.Error("the sample counts no relationship: the test proves nothing about Expect")
 	}
+	// A batch of one statement: every other key the text reads is there,
+	// an empty list.
+	one, err := b.Batch(stmts[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	oneRows := one.Params[batchParam].(map[string]any)
+	own := slotKey(b.batch.slot[stmts[0].Text])
+	for key := range read {
+		got, ok := oneRows[key]
+		if !ok {
+			t.Errorf("a batch of one statement leaves $batch.%s unfilled", key)
+			continue
+		}
+		if list, isList := got.([]any); key != own && (!isList || len(list) != 0) {
+			t.Errorf("a batch of one statement fills $batch.%s with %v", key, got)
+		}
+	}
 	// A statement the builder does not have is refused, not dropped.
 	if _, err := b.Batch([]Statement{{Text: "UNWIND $rows AS row RETURN row"}}); err == nil {
 		t.Error("Batch took a statement the builder does not have")
