@@ -12,8 +12,8 @@ import (
 	"graphsync/graphmodel"
 )
 
-// WarmUp has Neo4j plan the query the projector sends (cypher.Batch: every
-// statement in one query) before the first batch, and the owner lookup.
+// WarmUp has Neo4j plan the projector's two queries, the owner lookup and
+// cypher.Batch (every statement in one query), before the first batch.
 // Planning costs 15 to 110 ms a statement on the 2-core machine; without it
 // the first batches after a start (or after Neo4j restarted) waited 250 to
 // 560 ms while a batch took 5 ms once the plans were cached
