@@ -3,6 +3,7 @@ package cypher
 import (
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -66,7 +67,7 @@ func TestBatchCarriesEveryStatement(t *testing.T) {
 	if !reflect.DeepEqual(batch.Expect, want) {
 		t.Errorf("expect %v, want %v", batch.Expect, want)
 	}
-	if len(want) == 0 || slicesMax(want) == 0 {
+	if len(want) == 0 || slices.Max(want) == 0 {
 		t.Error("the sample counts no relationship: the test proves nothing about Expect")
 	}
 	// A batch of one statement: every other key the text reads is there,
@@ -91,12 +92,4 @@ func TestBatchCarriesEveryStatement(t *testing.T) {
 	if _, err := b.Batch([]Statement{{Text: "UNWIND $rows AS row RETURN row"}}); err == nil {
 		t.Error("Batch took a statement the builder does not have")
 	}
-}
-
-func slicesMax(xs []int) int {
-	m := xs[0]
-	for _, x := range xs {
-		m = max(m, x)
-	}
-	return m
 }
