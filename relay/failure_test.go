@@ -462,6 +462,50 @@ func TestExhaustedOrphanKeepsItsLastRecordedError(t *testing.T) {
 	sink.checkViolations(t)
 }
 
+// A claim whose move of an exhausted row to the DLQ fails takes nothing:
+// the rest of its batch goes back at once, uncounted, and is delivered long
+// before the lease would run out, while the exhausted row's own aggregate
+// waits behind it. MaxAttempts 1: a row orphaned once is exhausted at its
+// next claim and, not yet suspect, is taken with batch-mates.
+func TestFailedDLQMoveHandsTheRestOfTheBatchBack(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	cfg := h.config("relay-dlq-refused")
+	cfg.MaxAttempts = 1
+	cfg.Lease = time.Hour // nothing of the batch comes back by running out
+	h.exec(`CREATE FUNCTION refuse_dlq() RETURNS trigger LANGUAGE plpgsql
+		AS $$ BEGIN RAISE EXCEPTION 'the DLQ refuses rows'; END $$`)
+	h.exec(`CREATE TRIGGER refuse_dlq BEFORE INSERT ON outbox_messages_dlq
+		FOR EACH ROW EXECUTE FUNCTION refuse_dlq()`)
+	ids := h.insertTogether(
+		event{1, "Order", 10, "OrderConfirmed", `{}`},
+		event{1, "Order", 11, "OrderConfirmed", `{}`},
+		event{2, "Order", 10, "OrderConfirmed", `{}`},
+		event{1, "Order", 10, "OrderShipped", `{}`},
+		event{2, "Order", 10, "OrderShipped", `{}`},
+		event{1, "Order", 12, "OrderConfirmed", `{}`},
+	)
+	exhausted, behind := ids[0], ids[3]
+	// What a SIGKILL during the only attempt leaves.
+	h.exec(`UPDATE outbox_messages SET attempts = 1, locked_by = 'killed/0',
+		locked_until = now() - interval '1 second' WHERE id = $1`, exhausted)
+	sink := newRecordingSink()
+	h.start(sink, cfg)
+	eventually(t, 15*time.Second, "every row delivered but the exhausted one and the one behind it", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL`) == 2
+	})
+	applied := sink.appliedIDs()
+	if applied[exhausted] > 0 || applied[behind] > 0 {
+		t.Errorf("delivered the exhausted row (%d times) or the row behind it (%d times)", applied[exhausted], applied[behind])
+	}
+	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND locked_until > now()`, exhausted); n != 1 {
+		t.Error("the exhausted row is not leased until the move is tried again")
+	}
+	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE id <> $1 AND attempts > 1`, exhausted); n != 0 {
+		t.Errorf("%d batch-mates of the exhausted row were charged more than their one delivery", n)
+	}
+	sink.checkViolations(t)
+}
+
 // A relay whose NotifyChannel is not the default is still woken by the
 // trigger installed for it.
 func TestChangedNotifyChannelStillWakes(t *testing.T) {

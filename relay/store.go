@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -259,9 +260,19 @@ func (s *store) claim(ctx context.Context, statement string, arg any) (claimed, 
 			return err
 		})
 		if err != nil {
-			// The rows stay leased until their lease runs out; the next
-			// claim after that counts the attempt again and retries the move.
-			return result, fmt.Errorf("claim outbox batch: %w", err)
+			// The exhausted rows stay leased until their lease runs out; the
+			// next claim after that counts the attempt again and retries the
+			// move. The rest of the batch goes back at once, uncounted: it
+			// did nothing wrong (rows behind an exhausted one still wait, as
+			// their predecessor is leased). A claim that fails takes nothing.
+			err = fmt.Errorf("claim outbox batch: %w", err)
+			rest := settlement{released: append(messageIDs(result.messages), messageIDs(result.unreadable)...)}
+			if len(rest.released) > 0 {
+				if _, _, backErr := s.OutboxSettle(ctx, result.holder, rest, result.aggregates); backErr != nil {
+					err = errors.Join(err, fmt.Errorf("hand back the rest of the batch (free again when its lease runs out): %w", backErr))
+				}
+			}
+			return claimed{holder: result.holder}, err
 		}
 	}
 	return result, nil
