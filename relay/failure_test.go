@@ -506,6 +506,62 @@ func TestFailedDLQMoveHandsTheRestOfTheBatchBack(t *testing.T) {
 	sink.checkViolations(t)
 }
 
+// A relay stopped between claiming a batch and delivering it still records
+// the failure of the batch's unreadable row and delivers the rest (within
+// DrainTimeout): nothing of the batch stays leased, its attempt counted and
+// unexplained, until the lease runs out. The row behind the unreadable one
+// is handed back, uncounted.
+func TestStopAfterTheClaimStillRecordsUnreadableRows(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	cfg := h.config("relay-stopped-after-claim")
+	cfg.Lease = time.Hour
+	sink := newRecordingSink()
+	r, err := New(h.pool, sink, cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.stats.wait()
+	ctx := context.Background()
+	var unreadable int64
+	if err := h.pool.QueryRow(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload, occurred_at)
+		VALUES (1, 'Order', 2, 'OrderPlaced', '{}', 'infinity') RETURNING id`).Scan(&unreadable); err != nil {
+		t.Fatal(err)
+	}
+	ids := h.insertTogether(
+		event{1, "Order", 2, "OrderConfirmed", `{}`},
+		event{2, "Order", 3, "OrderPlaced", `{}`},
+	)
+	behind, healthy := ids[0], ids[1]
+	w := &worker{Relay: r, store: &store{pool: h.pool, relayID: cfg.ID + "/0", cfg: r.cfg, stats: r.stats},
+		limit: r.cfg.BatchSize, rewake: make(chan struct{}, 1)}
+	c, err := w.store.OutboxClaim(ctx, r.cfg.BatchSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.unreadable) != 1 || len(c.messages) != 2 {
+		t.Fatalf("claimed %d unreadable and %d readable rows, want 1 and 2", len(c.unreadable), len(c.messages))
+	}
+	stopped, stop := context.WithCancel(ctx)
+	stop() // SIGTERM arrives as the claim returns
+	if err := w.finish(stopped, c); err != nil {
+		t.Fatalf("finishing the batch after a stop: %v", err)
+	}
+	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND locked_by IS NULL
+		AND last_error LIKE '%occurred_at is infinity%'`, unreadable); n != 1 {
+		t.Error("the unreadable row's failure was not recorded (or it is still leased)")
+	}
+	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND processed_at IS NOT NULL`, healthy); n != 1 {
+		t.Error("the healthy row of another aggregate was not delivered and marked")
+	}
+	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND processed_at IS NULL
+		AND locked_by IS NULL AND attempts = 0`, behind); n != 1 {
+		t.Error("the row behind the unreadable one was not handed back uncounted")
+	}
+	if sink.appliedIDs()[behind] > 0 {
+		t.Error("the row behind the unreadable one was delivered")
+	}
+}
+
 // A relay whose NotifyChannel is not the default is still woken by the
 // trigger installed for it.
 func TestChangedNotifyChannelStillWakes(t *testing.T) {

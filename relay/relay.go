@@ -353,7 +353,7 @@ func (r *worker) handBack(ctx context.Context, c claimed) {
 		return
 	}
 	st := settlement{released: append(messageIDs(c.messages), messageIDs(c.unreadable)...)}
-	bookCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	bookCtx, cancel := bookkeeping(ctx)
 	defer cancel()
 	if _, _, err := r.store.OutboxSettle(bookCtx, c.holder, st, c.aggregates); err != nil {
 		r.log.Warn("could not hand back a batch claimed ahead; its rows are free again when their lease runs out",
@@ -579,11 +579,9 @@ func heldBehind(messages, failed []Message) (deliver []Message, held []int64) {
 }
 
 // settle ends a batch in one statement: marks what was applied, hands back
-// the rest and ends the leases of the batch's aggregates. Bookkeeping must
-// happen even when ctx was cancelled mid-delivery; it is bounded by its own
-// timeout instead.
+// the rest and ends the leases of the batch's aggregates.
 func (r *worker) settle(ctx context.Context, c claimed, st settlement) error {
-	bookCtx, bookCancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	bookCtx, bookCancel := bookkeeping(ctx)
 	defer bookCancel()
 	settling := time.Now()
 	marked, due, err := r.store.OutboxSettle(bookCtx, c.holder, st, c.aggregates)
@@ -627,10 +625,8 @@ func (r *worker) deliver(ctx context.Context, c claimed) (settlement, error) {
 	close(renewDone)
 	<-renewStopped
 
-	bookCtx, bookCancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer bookCancel()
 	if sinkErr != nil {
-		return settlement{released: ids}, r.sinkFailed(bookCtx, c.holder, batch, sinkErr)
+		return settlement{released: ids}, r.sinkFailed(ctx, c.holder, batch, sinkErr)
 	}
 	r.health.sinkWorks()
 	if r.limit < r.cfg.BatchSize {
@@ -656,7 +652,7 @@ func (r *worker) deliver(ctx context.Context, c claimed) (settlement, error) {
 		}
 	}
 	if len(failed) > 0 {
-		if err := r.recordFailures(bookCtx, c.holder, failed, rejected); err != nil {
+		if err := r.recordFailures(ctx, c.holder, failed, rejected); err != nil {
 			return st, err
 		}
 	}
@@ -705,7 +701,9 @@ func (r *worker) recordFailures(ctx context.Context, holder string, failed []Mes
 			zap.Int64("aggregate_id", m.AggregateID), zap.String("trace_id", clip(m.TraceID, 128)),
 			zap.Int16("attempt", m.Attempts), zap.String("error", clip(redactLog(reasons[m.ID].Error()), 1024)))
 	}
-	moved, err := r.store.OutboxFail(ctx, holder, failed, reasons)
+	bookCtx, cancel := bookkeeping(ctx)
+	defer cancel()
+	moved, err := r.store.OutboxFail(bookCtx, holder, failed, reasons)
 	if err != nil {
 		return err
 	}
@@ -714,6 +712,15 @@ func (r *worker) recordFailures(ctx context.Context, holder string, failed []Mes
 		r.log.Error("moved events to the DLQ after their last attempt", zap.Int64s("outbox_ids", moved))
 	}
 	return nil
+}
+
+// bookkeeping is the context of a statement that records what became of a
+// claimed batch (settle, hand back, failures): it must run even when ctx was
+// cancelled between the claim and now (a soft stop), or the batch's rows
+// would stay leased, their attempts counted, until the lease runs out. It is
+// bounded by its own timeout instead.
+func bookkeeping(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 }
 
 // renewLease extends the batch's lease every Lease/3 until done is closed.
