@@ -562,6 +562,26 @@ func TestStopAfterTheClaimStillRecordsUnreadableRows(t *testing.T) {
 	}
 }
 
+// A row whose attempts reached the column's largest value (a DLQ that kept
+// refusing it, claimed again every lease) is still claimed and dead-lettered:
+// counting one more attempt must not fail every claim.
+func TestAttemptsAtTheColumnsLimitDoNotStopTheClaim(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	cfg := h.config("relay-attempts-limit")
+	ids := h.insertTogether(
+		event{1, "Order", 5, "OrderPlaced", `{}`},
+		event{2, "Order", 6, "OrderPlaced", `{}`},
+	)
+	worn := ids[0]
+	h.exec(`UPDATE outbox_messages SET attempts = 32767, locked_by = 'killed/0',
+		locked_until = now() - interval '1 second' WHERE id = $1`, worn)
+	h.start(newRecordingSink(), cfg)
+	eventually(t, 15*time.Second, "the worn row dead-lettered and the other one delivered", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages_dlq WHERE id = $1`, worn) == 1 &&
+			h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL`) == 0
+	})
+}
+
 // A relay whose NotifyChannel is not the default is still woken by the
 // trigger installed for it.
 func TestChangedNotifyChannelStillWakes(t *testing.T) {

@@ -141,7 +141,9 @@ WITH win AS (
   RETURNING l.tenant_id, l.aggregate_type, l.aggregate_id
 )
 UPDATE outbox_messages m
-SET attempts = m.attempts + 1,
+-- Capped at the column's largest value: a row the DLQ keeps refusing is
+-- claimed again every lease, and an overflow would fail every claim.
+SET attempts = LEAST(m.attempts, 32766) + 1,
     locked_by = $2::text,
     locked_until = now() + $3::interval
 FROM picked p
