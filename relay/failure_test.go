@@ -582,6 +582,39 @@ func TestAttemptsAtTheColumnsLimitDoNotStopTheClaim(t *testing.T) {
 	})
 }
 
+// A rejection is recorded as the logs show it: a password in the sink's
+// error is redacted and a long error is cut, in last_error as in the log.
+func TestRecordedRejectionIsRedactedAndBounded(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	ids := h.insertTogether(
+		event{1, "Order", 7, "OrderPlaced", `{}`},
+		event{2, "Order", 8, "OrderPlaced", `{}`},
+	)
+	rejected, other := ids[0], ids[1]
+	sink := newRecordingSink()
+	sink.reject = func(m Message) error {
+		if m.ID == rejected {
+			return fmt.Errorf("write to bolt://graph:hunter2@neo4j.internal:7687 refused: %s", strings.Repeat("x", 3*maxRecordedError))
+		}
+		return nil
+	}
+	h.start(sink, h.config("relay-redacted-rejection"))
+	eventually(t, 15*time.Second, "the rejection recorded and the other row delivered", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND last_error IS NOT NULL`, rejected) == 1 &&
+			h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND processed_at IS NOT NULL`, other) == 1
+	})
+	var lastError string
+	if err := h.pool.QueryRow(context.Background(), `SELECT last_error FROM outbox_messages WHERE id = $1`, rejected).Scan(&lastError); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(lastError, "hunter2") || !strings.Contains(lastError, "graph:xxxxx@neo4j.internal") {
+		t.Errorf("last_error does not redact the password: %.200s", lastError)
+	}
+	if len(lastError) > maxRecordedError+len("…(truncated)") {
+		t.Errorf("last_error keeps %d bytes, want at most %d", len(lastError), maxRecordedError)
+	}
+}
+
 // A relay whose NotifyChannel is not the default is still woken by the
 // trigger installed for it.
 func TestChangedNotifyChannelStillWakes(t *testing.T) {

@@ -389,20 +389,26 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
+// maxRecordedError is how much of a rejection last_error keeps: a sink's
+// error can quote a whole statement or payload.
+const maxRecordedError = 4096
+
 // OutboxFail records the sink's rejections of rows the claim holder still
 // holds: rows that used their last attempt move to the DLQ, the others wait
-// for their retry. It returns the ids dead-lettered.
+// for their retry. It returns the ids dead-lettered. A reason is stored as
+// the logs show it (passwords redacted), cut to maxRecordedError bytes:
+// last_error reaches operators through graphsync dlq list.
 func (s *store) OutboxFail(ctx context.Context, holder string, failed []Message, reasons map[int64]error) ([]int64, error) {
 	var retryIDs, deadIDs []int64
 	var retryErrs, deadErrs []string
 	for _, m := range failed {
-		reason := reasons[m.ID].Error()
+		reason := clip(fmt.Sprintf("attempt %d of %d: %s", m.Attempts, s.cfg.MaxAttempts, redactLog(reasons[m.ID].Error())), maxRecordedError)
 		if int(m.Attempts) >= s.cfg.MaxAttempts {
 			deadIDs = append(deadIDs, m.ID)
-			deadErrs = append(deadErrs, fmt.Sprintf("attempt %d of %d: %s", m.Attempts, s.cfg.MaxAttempts, reason))
+			deadErrs = append(deadErrs, reason)
 		} else {
 			retryIDs = append(retryIDs, m.ID)
-			retryErrs = append(retryErrs, fmt.Sprintf("attempt %d of %d: %s", m.Attempts, s.cfg.MaxAttempts, reason))
+			retryErrs = append(retryErrs, reason)
 		}
 	}
 	var moved []int64
