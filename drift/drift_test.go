@@ -788,3 +788,50 @@ func TestRepairOfANodeAheadOfItsRowsMovesItsEdges(t *testing.T) {
 		t.Errorf("after --repair: drift %d, %v", after.DriftTotal, after.Examples)
 	}
 }
+
+// A role that row-level security keeps from reading every tenant (here one
+// that may SELECT every table but is neither a member of graphsync_relay
+// nor BYPASSRLS: it sees no tenant at all) is refused before anything is
+// compared: otherwise every tenant of the graph would look orphaned, and a
+// repair or a rebuild would remove them.
+func TestRoleThatCannotSeeEveryTenantIsRefused(t *testing.T) {
+	pool, driver := stack(t)
+	ctx := context.Background()
+	role := fmt.Sprintf("gs_test_rls_%d", time.Now().UnixNano())
+	if _, err := pool.Exec(ctx, `CREATE ROLE `+role+` LOGIN`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// The role is the cluster's, not the test database's.
+		_, _ = pool.Exec(ctx, `DROP OWNED BY `+role)
+		_, _ = pool.Exec(ctx, `DROP ROLE `+role)
+	})
+	if _, err := pool.Exec(ctx, `GRANT SELECT ON ALL TABLES IN SCHEMA public TO `+role); err != nil {
+		t.Fatal(err)
+	}
+	tenant := writeWorkload(t, pool, workload.Config{Seed: 11, Tenants: 1, Orders: 2})[0]
+	var visible int64
+	cfg := pool.Config()
+	cfg.ConnConfig.User = role
+	limited, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer limited.Close()
+	if err := limited.QueryRow(ctx, `SELECT count(*) FROM tenants`).Scan(&visible); err != nil {
+		t.Fatal(err)
+	}
+	if visible != 0 {
+		t.Fatalf("the limited role sees %d tenants; the test needs one that sees none", visible)
+	}
+	for _, scope := range []int64{0, tenant} {
+		c, err := New(limited, driver, Config{TenantID: scope}, zaptest.NewLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Run(ctx, false)
+		if err == nil || !strings.Contains(err.Error(), "graphsync_relay") {
+			t.Errorf("tenant scope %d: a role that sees no tenant ran the check (error %v)", scope, err)
+		}
+	}
+}
