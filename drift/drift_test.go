@@ -835,3 +835,40 @@ func TestRoleThatCannotSeeEveryTenantIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// Nodes of a projected label whose id is missing or not an integer are
+// found, in a whole-graph and a one-tenant run, and --repair removes them.
+// A float id (it compares with integers) used to be read as id 0 by the
+// chunks, which paged from 0 again for ever.
+func TestNodesWithoutAnIntegerIDAreFoundAndRepaired(t *testing.T) {
+	pool, driver, tenants := syncedWorkload(t, workload.Config{Seed: 5, Tenants: 1, Orders: 10, DeleteEvery: -1}, "sync-ids")
+	tenant := tenants[0]
+	cypherExec(t, driver, `CREATE (:Product {tenant_id: $t, id: '9', name: 'a string id'}),
+		(:Product {tenant_id: $t, id: 99999.0, name: 'a float id'}), (:Product {tenant_id: $t, name: 'no id'}),
+		(:DeletedProduct {tenant_id: $t, id: 88888.0})`, map[string]any{"t": tenant})
+	for _, scope := range []int64{tenant, 0} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		c, err := New(pool, driver, Config{TenantID: scope, RecheckAfter: 100 * time.Millisecond}, zaptest.NewLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		report, err := c.Run(ctx, false)
+		cancel()
+		if err != nil {
+			t.Fatalf("scope %d: %v", scope, err)
+		}
+		found := map[string]int{}
+		for _, c := range report.Counts {
+			if c.Kind == NodeWithoutID && c.TenantID == tenant {
+				found[c.Label] += c.Count
+			}
+		}
+		if found["Product"] != 3 || found["DeletedProduct"] != 1 {
+			t.Errorf("scope %d: nodes without an integer id found %v, want Product 3, DeletedProduct 1", scope, found)
+		}
+	}
+	check(t, pool, driver, tenant, true)
+	if report := check(t, pool, driver, tenant, false); report.DriftTotal != 0 {
+		t.Errorf("drift %d after the repair: %+v", report.DriftTotal, report.Counts)
+	}
+}

@@ -21,15 +21,18 @@ const (
 	ChangedRelationship Kind = "changed_relationship"
 	CrossTenant         Kind = "cross_tenant_relationship"
 	NodeWithoutTenant   Kind = "node_without_tenant"
-	PropertyNotAllowed  Kind = "property_not_allowed"
-	PersonalData        Kind = "personal_data"
-	ForeignLabel        Kind = "foreign_label"
-	ForeignRelType      Kind = "foreign_relationship_type"
+	// NodeWithoutID: a node of a projected label whose id is missing or not
+	// an integer. No row implies it, and no chunk (read in id order) sees it.
+	NodeWithoutID      Kind = "node_without_id"
+	PropertyNotAllowed Kind = "property_not_allowed"
+	PersonalData       Kind = "personal_data"
+	ForeignLabel       Kind = "foreign_label"
+	ForeignRelType     Kind = "foreign_relationship_type"
 )
 
 // Kinds lists the drift kinds in report order.
 var Kinds = []Kind{MissingNode, OrphanNode, StaleNode, MissingRelationship, ExtraRelationship, ChangedRelationship,
-	CrossTenant, NodeWithoutTenant, PropertyNotAllowed, PersonalData}
+	CrossTenant, NodeWithoutTenant, NodeWithoutID, PropertyNotAllowed, PersonalData}
 
 // Finding is one difference.
 type Finding struct {

@@ -31,6 +31,9 @@ type repairAction struct {
 	deleteTenant bool
 	// deleteUntenanted removes the label's nodes that have no tenant_id.
 	deleteUntenanted string
+	// deleteWithoutID removes the label's nodes of the finding's tenant
+	// whose id is missing or not an integer.
+	deleteWithoutID string
 }
 
 // relRef names one relationship as drift read it: its element id, and its
@@ -104,6 +107,7 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 	upserts := map[nodeKey]*node{}
 	var tenants []int64
 	var untenanted []string
+	var withoutID []Finding
 	var deleteTenants []int64
 	for _, f := range r.findings {
 		a := f.repair
@@ -127,6 +131,8 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 			deleteTenants = append(deleteTenants, f.TenantID)
 		case a.deleteUntenanted != "":
 			untenanted = append(untenanted, a.deleteUntenanted)
+		case a.deleteWithoutID != "":
+			withoutID = append(withoutID, f)
 		}
 	}
 	var changes []string
@@ -178,6 +184,14 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 		if err := r.deleteInBatches(ctx, "deleted "+label+" nodes without a tenant_id",
 			"MATCH (n:"+label+") WHERE n.tenant_id IS NULL WITH n LIMIT 10000 DETACH DELETE n RETURN count(*) AS applied",
 			nil, &changes); err != nil {
+			return changes, err
+		}
+	}
+	for _, f := range withoutID {
+		label := f.repair.deleteWithoutID
+		if err := r.deleteInBatches(ctx, fmt.Sprintf("deleted %s nodes of tenant %d without an integer id", label, f.TenantID),
+			"MATCH (n:"+label+") WHERE n.tenant_id = $tenant AND NOT "+integerID("n")+" WITH n LIMIT 10000 DETACH DELETE n RETURN count(*) AS applied",
+			map[string]any{"tenant": f.TenantID}, &changes); err != nil {
 			return changes, err
 		}
 	}

@@ -37,7 +37,7 @@ func (r *run) checkTombstonesAndTenant(ctx context.Context, tx pgx.Tx, tenant in
 	counts := summary.label(tomb)
 	after := int64(0)
 	for {
-		recs, err := r.query(ctx, "MATCH (n:"+tomb+") WHERE n.tenant_id = $tenant AND n.id > $after "+
+		recs, err := r.query(ctx, "MATCH (n:"+tomb+") WHERE n.tenant_id = $tenant AND "+integerID("n")+" AND n.id > $after "+
 			"AND ((n.id % 1000003) * 7919 + $offset) % 1000 < $share WITH n ORDER BY n.id LIMIT $limit RETURN n.id AS id",
 			map[string]any{"tenant": tenant, "after": after, "limit": int64(r.c.cfg.ChunkSize), "offset": r.sample.offset, "share": r.sample.share})
 		if err != nil {
@@ -118,7 +118,8 @@ func (r *run) scanForeign(ctx context.Context, tenants []int64) error {
 	recs, err := r.query(ctx, `MATCH (n)
 WITH n, [l IN labels(n) WHERE NOT l IN $owned] AS foreign, [l IN labels(n) WHERE l IN $owned] AS mine
 WHERE size(foreign) > 0 OR n.tenant_id IS NULL OR size(mine) > 0
-RETURN n.tenant_id AS tenant, foreign, mine, count(*) AS nodes, min(n.id) AS example`, map[string]any{"owned": owned})
+RETURN n.tenant_id AS tenant, foreign, mine, count(*) AS nodes, min(n.id) AS example,
+       count(CASE WHEN NOT `+integerID("n")+` THEN 1 END) AS without_id`, map[string]any{"owned": owned})
 	if err != nil {
 		return fmt.Errorf("scan the graph for labels and tenants: %w", err)
 	}
@@ -133,6 +134,7 @@ RETURN n.tenant_id AS tenant, foreign, mine, count(*) AS nodes, min(n.id) AS exa
 		mine, _, _ := neo4j.GetRecordValue[[]any](rec, "mine")
 		count, _, _ := neo4j.GetRecordValue[int64](rec, "nodes")
 		example, _, _ := neo4j.GetRecordValue[int64](rec, "example")
+		withoutID, _, _ := neo4j.GetRecordValue[int64](rec, "without_id")
 		// A one-tenant run still reports nodes without a tenant: they
 		// belong to no tenant, so no other run would.
 		if r.c.cfg.TenantID != 0 && !noTenant && tenant != r.c.cfg.TenantID {
@@ -152,6 +154,9 @@ RETURN n.tenant_id AS tenant, foreign, mine, count(*) AS nodes, min(n.id) AS exa
 				Detail: fmt.Sprintf("%d %s nodes have no tenant_id", count, label), repair: &repairAction{deleteUntenanted: label}})
 		case !known[tenant] && r.c.cfg.TenantID == 0:
 			unknownTenants[tenant] += int(count)
+		case withoutID > 0:
+			r.findings = append(r.findings, Finding{Kind: NodeWithoutID, TenantID: tenant, Label: label, Count: int(withoutID),
+				Detail: fmt.Sprintf("%d %s nodes have no integer id", withoutID, label), repair: &repairAction{deleteWithoutID: label}})
 		}
 	}
 	for tenant, count := range unknownTenants {
