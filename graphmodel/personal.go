@@ -7,8 +7,11 @@ import "regexp"
 // what a producer typed into free text anyway (a product description with a
 // contact address, say): drift reports it, the retrieval context masks it.
 var (
-	emailLike = regexp.MustCompile(`[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}`)
-	phoneLike = regexp.MustCompile(`\+\d{1,3}[\s.\-]?\(?\d{1,4}\)?([\s.\-]?\d{2,4}){2,4}|\b\d{3}[\s.\-]\d{3,4}[\s.\-]\d{4}\b`)
+	// Letters and digits of any script: an address may be internationalised.
+	emailLike = regexp.MustCompile(`[\p{L}\p{N}._%+\-]+@[\p{L}\p{N}\-]+(\.[\p{L}\p{N}\-]+)*\.\p{L}{2,}`)
+	// International (+...), a bracketed area code, or 3-3/4-4 groups. Bare
+	// digit runs stay: in a catalogue they are more often part numbers.
+	phoneLike = regexp.MustCompile(`\+\d{1,3}[\s.\-]?\(?\d{1,4}\)?([\s.\-]?\d{2,4}){2,4}|\(\d{2,5}\)[\s.\-]?\d{3,4}[\s.\-]?\d{3,4}\b|\b\d{3}[\s.\-]\d{3,4}[\s.\-]\d{4}\b`)
 )
 
 // PersonalData names the personal data text holds ("an e-mail address", "a
