@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"sync"
 	"unicode/utf8"
+
+	"graphsync/internal/redact"
 )
 
 // health is what the relay knows about its sink beyond single batches: a
@@ -70,20 +72,10 @@ func clip(s string, maxBytes int) string {
 	return s[:cut] + "…(truncated)"
 }
 
-// Credentials a driver may echo in an error: a URL's password and
-// key=value passwords.
-var (
-	urlPassword = regexp.MustCompile(`(://[^:/@\s]+:)[^@\s]+@`)
-	kvPassword  = regexp.MustCompile(`(?i)(password\s*[=:]\s*)\S+`)
-)
-
 // RedactText hides credentials in a driver's error text and bounds it, for
 // logs and reports outside this package.
 func RedactText(s string) string { return clip(redactLog(s), 2048) }
 
 // redactLog hides credentials in a text before it reaches a log or an
-// HTTP answer.
-func redactLog(s string) string {
-	s = urlPassword.ReplaceAllString(s, "${1}xxxxx@")
-	return kvPassword.ReplaceAllString(s, "${1}xxxxx")
-}
+// HTTP answer: internal/redact's rule, the one every command uses.
+func redactLog(s string) string { return redact.Text(s) }

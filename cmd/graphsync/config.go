@@ -6,9 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
@@ -16,6 +14,8 @@ import (
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"graphsync/internal/redact"
 )
 
 // connFlags are the connection settings every command shares.
@@ -147,7 +147,7 @@ func (c *connFlags) openPostgres(ctx context.Context, maxConns int32) (*pgxpool.
 	}
 	cfg, err := pgxpool.ParseConfig(c.pgURL)
 	if err != nil {
-		return nil, usageError{fmt.Sprintf("PostgreSQL URL %s is not valid: %v", RedactURL(c.pgURL), redactErr(err, c.pgURL))}
+		return nil, usageError{fmt.Sprintf("PostgreSQL URL %s is not valid: %v", redact.URL(c.pgURL), redactErr(err, c.pgURL))}
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
@@ -157,13 +157,13 @@ func (c *connFlags) openPostgres(ctx context.Context, maxConns int32) (*pgxpool.
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("PostgreSQL at %s: %v", RedactURL(c.pgURL), redactErr(err, c.pgURL))
+		return nil, fmt.Errorf("PostgreSQL at %s: %v", redact.URL(c.pgURL), redactErr(err, c.pgURL))
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %v", RedactURL(c.pgURL), redactErr(err, c.pgURL))
+		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %v", redact.URL(c.pgURL), redactErr(err, c.pgURL))
 	}
 	return pool, nil
 }
@@ -193,20 +193,20 @@ func (c *connFlags) openNeo4j(ctx context.Context, verify bool) (neo4j.DriverWit
 	}
 	driver, err := neo4j.NewDriverWithContext(c.neo4jURI, auth)
 	if err != nil {
-		return nil, usageError{fmt.Sprintf("Neo4j URI %s is not valid: %v", RedactURL(c.neo4jURI), err)}
+		return nil, usageError{fmt.Sprintf("Neo4j URI %s is not valid: %v", redact.URL(c.neo4jURI), redactErr(err, c.neo4jURI))}
 	}
 	checkCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if err := driver.VerifyConnectivity(checkCtx); err != nil {
 		if isNeo4jAuthError(err) {
 			driver.Close(ctx)
-			return nil, fmt.Errorf("Neo4j at %s refused the credentials: set GRAPHSYNC_NEO4J_USER and GRAPHSYNC_NEO4J_PASSWORD (%v)", RedactURL(c.neo4jURI), err)
+			return nil, fmt.Errorf("Neo4j at %s refused the credentials: set GRAPHSYNC_NEO4J_USER and GRAPHSYNC_NEO4J_PASSWORD (%v)", redact.URL(c.neo4jURI), redactErr(err, c.neo4jURI))
 		}
 		if verify {
 			driver.Close(ctx)
-			return nil, fmt.Errorf("cannot reach Neo4j at %s: %v", RedactURL(c.neo4jURI), err)
+			return nil, fmt.Errorf("cannot reach Neo4j at %s: %v", redact.URL(c.neo4jURI), redactErr(err, c.neo4jURI))
 		}
-		return driver, errNeo4jUnreachable{fmt.Errorf("Neo4j at %s is not reachable yet: %v", RedactURL(c.neo4jURI), err)}
+		return driver, errNeo4jUnreachable{fmt.Errorf("Neo4j at %s is not reachable yet: %v", redact.URL(c.neo4jURI), redactErr(err, c.neo4jURI))}
 	}
 	return driver, nil
 }
@@ -225,49 +225,10 @@ func isNeo4jAuthError(err error) bool {
 	return strings.Contains(err.Error(), "Neo.ClientError.Security.")
 }
 
-var (
-	passwordParam = regexp.MustCompile(`(?i)(password\s*=\s*)('[^']*'|[^\s&]*)`)
-	// userinfoPassword finds scheme://user:password@ even where the URL does
-	// not parse (a bad port, a bad escape), which is when errors quote it.
-	userinfoPassword = regexp.MustCompile(`(?i)([a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@\s]*@`)
-)
-
-// RedactURL hides the password of a URL or key=value connection string.
-func RedactURL(raw string) string {
-	return redactText(redactParsedURL(raw))
-}
-
-// redactText removes passwords from any text: URL userinfo and password=.
-func redactText(text string) string {
-	text = userinfoPassword.ReplaceAllString(text, "${1}xxxxx@")
-	return passwordParam.ReplaceAllString(text, "${1}xxxxx")
-}
-
-func redactParsedURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil && u.Scheme != "" && u.Host != "" {
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		}
-		q := u.Query()
-		if q.Has("password") {
-			q.Set("password", "xxxxx")
-			u.RawQuery = q.Encode()
-		}
-		return u.String()
-	}
-	return raw
-}
-
-// redactErr removes the password from an error's text, in case a driver
-// echoed the connection string.
+// redactErr hides passwords in an error's text, also where a driver echoed
+// the connection string raw, and keeps it to one line.
 func redactErr(err error, raw string) string {
-	msg := err.Error()
-	if u, perr := url.Parse(raw); perr == nil {
-		if pw, has := u.User.Password(); has && pw != "" {
-			msg = strings.ReplaceAll(msg, pw, "xxxxx")
-		}
-	}
-	msg = redactText(msg)
+	msg := redact.TextWith(err.Error(), raw)
 	// pgx lists each address it tried on a line of its own: keep one line.
 	return strings.Join(strings.FieldsFunc(msg, func(r rune) bool { return r == '\n' || r == '\t' }), " ")
 }

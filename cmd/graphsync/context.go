@@ -11,6 +11,7 @@ import (
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
+	"graphsync/internal/redact"
 	"graphsync/retrieve"
 )
 
@@ -90,7 +91,7 @@ func writeContext(ctx context.Context, out io.Writer, driver neo4j.DriverWithCon
 	case errors.Is(err, retrieve.ErrNoSearchTerms):
 		return usageError{err.Error()}
 	case err != nil:
-		return fmt.Errorf("context: %s", redactText(err.Error()))
+		return fmt.Errorf("context: %s", redact.Text(err.Error()))
 	}
 	return res.Write(out, format)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"graphsync/drift"
+	"graphsync/internal/redact"
 )
 
 // runDrift is `graphsync drift`: exit 0 when drift <= --threshold, 1 when
@@ -94,7 +95,7 @@ func checkDrift(ctx context.Context, conn connFlags, cfg drift.Config, repair bo
 	}
 	report, err := checker.Run(ctx, repair)
 	if err != nil {
-		return nil, fmt.Errorf("%s", redactText(err.Error()))
+		return nil, fmt.Errorf("%s", redact.Text(err.Error()))
 	}
 	return report, nil
 }

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"graphsync/drift"
+	"graphsync/internal/redact"
 )
 
 // driftWatch runs a sampled drift check every interval inside sync and
@@ -56,13 +57,13 @@ func (w *driftWatch) run(ctx context.Context, pool *pgxpool.Pool, driver neo4j.D
 		}
 		checker, err := drift.New(pool, driver, drift.Config{Sample: share}, log)
 		if err != nil {
-			log.Error("drift check cannot run", zap.String("error", redactText(err.Error())))
+			log.Error("drift check cannot run", zap.String("error", redact.Text(err.Error())))
 			return
 		}
 		report, err := checker.Run(ctx, false)
 		if err != nil {
 			if ctx.Err() == nil {
-				log.Warn("drift check failed", zap.String("error", redactText(err.Error())))
+				log.Warn("drift check failed", zap.String("error", redact.Text(err.Error())))
 			}
 			continue
 		}

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/term"
 
+	"graphsync/internal/redact"
 	"graphsync/projector"
 	"graphsync/rebuild"
 )
@@ -100,7 +101,7 @@ func rebuildScope(ctx context.Context, conn connFlags, cfg rebuild.Config, bar b
 	}
 	res, err := b.Run(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%s", redactText(err.Error()))
+		return nil, fmt.Errorf("%s", redact.Text(err.Error()))
 	}
 	return res, nil
 }

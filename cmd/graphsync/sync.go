@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"graphsync/events"
+	"graphsync/internal/redact"
 	"graphsync/projector"
 	"graphsync/relay"
 	gsql "graphsync/sql"
@@ -139,7 +140,7 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
 	driver, err := f.conn.openNeo4j(ctx, false)
 	var unreachable errNeo4jUnreachable
 	if errors.As(err, &unreachable) {
-		log.Warn("starting without Neo4j; batches wait until it answers", zap.String("error", redactText(err.Error())))
+		log.Warn("starting without Neo4j; batches wait until it answers", zap.String("error", redact.Text(err.Error())))
 	} else if err != nil {
 		return err
 	}
@@ -170,7 +171,7 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
 	cfg := rel.Config()
 	log.Info("graphsync sync starting", zap.String("wake", string(cfg.Wake)), zap.String("relay_id", cfg.ID),
 		zap.Int("batch_size", cfg.BatchSize), zap.Int("backlog_batch_size", cfg.BacklogBatchSize), zap.Int("workers", cfg.Workers),
-		zap.String("postgres", RedactURL(f.conn.pgURL)), zap.String("neo4j", RedactURL(f.conn.neo4jURI)))
+		zap.String("postgres", redact.URL(f.conn.pgURL)), zap.String("neo4j", redact.URL(f.conn.neo4jURI)))
 
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
@@ -250,7 +251,7 @@ func waitCaughtUp(ctx context.Context, pgPool *pgxpool.Pool, waited time.Duratio
 		}
 		flowing, err := relay.PendingFlowing(ctx, pgPool, waited)
 		if err != nil {
-			log.Warn("could not check progress", zap.String("error", redactText(err.Error())))
+			log.Warn("could not check progress", zap.String("error", redact.Text(err.Error())))
 			continue
 		}
 		if !flowing {
@@ -266,7 +267,7 @@ func retainEvery(ctx context.Context, pgPool *pgxpool.Pool, every time.Duration,
 	for {
 		report, err := relay.Retain(ctx, pgPool, cfg)
 		if err != nil && ctx.Err() == nil {
-			log.Warn("retention run failed", zap.String("error", redactText(err.Error())))
+			log.Warn("retention run failed", zap.String("error", redact.Text(err.Error())))
 		} else if report.Archived > 0 || len(report.PartitionsCreated) > 0 || len(report.PartitionsDropped) > 0 || report.LeasesRemoved > 0 {
 			log.Info("retention run", zap.Int64("archived", report.Archived),
 				zap.Strings("partitions_created", report.PartitionsCreated), zap.Strings("partitions_dropped", report.PartitionsDropped),

@@ -1,0 +1,215 @@
+// Package redact owns the one rule that hides passwords in text before it
+// reaches a log line, an error message, a report or a database column: the
+// password of a URL's userinfo (postgres://, bolt://, neo4j://, any scheme)
+// and the value of a password key (password=, sslpassword=, ?password=,
+// password: ...), quoted, escaped or plain.
+//
+// It errs on the side of hiding: where a malformed connection string makes
+// the end of a password ambiguous, more than the password may go. It must
+// never parse a connection string to use it, and never log or keep what it
+// hides.
+package redact
+
+import (
+	"strings"
+)
+
+// Mask is what a password is replaced with.
+const Mask = "xxxxx"
+
+// Text hides every password in s: in URL userinfo (scheme://user:pass@host)
+// and after a password key (password=value, ?password=value,
+// password: value), with the rest of the text left as it was.
+func Text(s string) string {
+	return replace(s, secrets(s))
+}
+
+// URL hides the password of one connection string: a URL (any scheme,
+// several hosts, a password that holds an unescaped @ or space) or a
+// key/value string (host=db password='a b').
+func URL(raw string) string { return Text(raw) }
+
+// TextWith is Text, and also hides every literal occurrence, anywhere in s,
+// of a password one of connStrings holds: a driver may echo a password
+// outside any form Text recognises.
+func TextWith(s string, connStrings ...string) string {
+	s = Text(s)
+	for _, conn := range connStrings {
+		for _, sp := range secrets(conn) {
+			if pw := conn[sp.from:sp.to]; pw != "" {
+				s = strings.ReplaceAll(s, pw, Mask)
+			}
+		}
+	}
+	return s
+}
+
+// span is the byte range of one password in a text.
+type span struct{ from, to int }
+
+func replace(s string, spans []span) string {
+	if len(spans) == 0 {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	at := 0
+	for _, sp := range spans {
+		b.WriteString(s[at:sp.from])
+		b.WriteString(Mask)
+		at = sp.to
+	}
+	b.WriteString(s[at:])
+	return b.String()
+}
+
+// secrets finds the passwords of s, in order and not overlapping.
+func secrets(s string) []span {
+	var spans []span
+	for i := 0; i < len(s); {
+		var sp span
+		var ok bool
+		switch {
+		case strings.HasPrefix(s[i:], "://"):
+			sp, ok = userinfoPassword(s, i)
+		case hasFoldPrefix(s[i:], "password"):
+			sp, ok = keyPassword(s, i)
+		}
+		if !ok {
+			i++
+			continue
+		}
+		if sp.to > sp.from {
+			spans = append(spans, sp)
+		}
+		i = max(sp.to, i+1)
+	}
+	return spans
+}
+
+// userinfoPassword reads the password of scheme://user:password@host, where
+// s[at:] starts with "://". A host holds no '@', so the userinfo ends at the
+// last '@' before the path that a host-like text follows: a password may hold
+// an unescaped '@', a space, '?' or '#' (drivers echo such URLs when they
+// refuse them). A '/' ends the search: it starts the path, or the next URL.
+func userinfoPassword(s string, at int) (span, bool) {
+	if !isScheme(s[:at]) {
+		return span{}, false
+	}
+	i := at + len("://")
+	for i < len(s) && !strings.ContainsRune(":/@", rune(s[i])) && !isSpace(s[i]) {
+		i++ // the user name
+	}
+	if i >= len(s) || s[i] != ':' {
+		return span{}, false // no userinfo, or a user without a password
+	}
+	from := i + 1
+	end := len(s)
+	if stop := strings.IndexAny(s[from:], "/\n\r\t`"); stop >= 0 {
+		end = from + stop
+	}
+	for j := end - 1; j >= from; j-- {
+		if s[j] == '@' && hostFollows(s[j+1:]) {
+			return span{from, j}, true
+		}
+	}
+	return span{}, false
+}
+
+// isScheme reports whether s ends with a URL scheme: a letter, then letters,
+// digits, '+', '-' or '.'.
+func isScheme(s string) bool {
+	start := len(s)
+	for start > 0 && isSchemeByte(s[start-1]) {
+		start--
+	}
+	for start < len(s) && !isLetter(s[start]) {
+		start++ // a scheme starts with a letter
+	}
+	return start < len(s)
+}
+
+func isSchemeByte(c byte) bool {
+	return isLetter(c) || c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.'
+}
+
+func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+
+// hostFollows reports whether s starts with a host list (names, addresses,
+// ports, [IPv6], commas between hosts) ended by the end of the authority or
+// of the text.
+func hostFollows(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case isLetter(c) || c >= '0' && c <= '9' || strings.IndexByte(".-_:[],%", c) >= 0:
+		case strings.IndexByte("/?#`'\");>", c) >= 0 || isSpace(c):
+			return true
+		default:
+			return false // an '@' or another character no host holds
+		}
+	}
+	return true
+}
+
+// keyPassword reads the value of a password key at s[at:], which starts
+// with "password" (any case; "sslpassword" and other keys ending so count
+// too). In a URL query (?password= or &password=) the value ends at '&',
+// '#' or a space; elsewhere it is a key/value value as libpq reads it:
+// quoted ('a b', with \' inside) or up to an unescaped space (top\ secret).
+func keyPassword(s string, at int) (span, bool) {
+	keyStart := at
+	for keyStart > 0 && isLetter(s[keyStart-1]) {
+		keyStart--
+	}
+	inQuery := keyStart > 0 && (s[keyStart-1] == '?' || s[keyStart-1] == '&')
+	i := at + len("password")
+	if i < len(s) && (s[i] == '"' || s[i] == '\'') && keyStart > 0 && s[keyStart-1] == s[i] {
+		i++ // a quoted key: "password": "..."
+	}
+	for i < len(s) && s[i] == ' ' {
+		i++
+	}
+	if i >= len(s) || !(s[i] == '=' || s[i] == ':' && !inQuery) {
+		return span{}, false // "password authentication failed", not a value
+	}
+	i++
+	if inQuery {
+		from := i
+		for i < len(s) && s[i] != '&' && s[i] != '#' && !isSpace(s[i]) {
+			i++
+		}
+		return span{from, i}, true
+	}
+	for i < len(s) && isSpace(s[i]) && s[i] != '\n' {
+		i++
+	}
+	from := i
+	if i < len(s) && (s[i] == '\'' || s[i] == '"') {
+		quote := s[i]
+		for i++; i < len(s); i++ {
+			if s[i] == '\\' {
+				i++
+				continue
+			}
+			if s[i] == quote {
+				return span{from, i + 1}, true
+			}
+		}
+		return span{from, len(s)}, true // no closing quote: all the rest may be the password
+	}
+	for ; i < len(s) && !isSpace(s[i]); i++ {
+		if s[i] == '\\' {
+			i++
+		}
+	}
+	return span{from, min(i, len(s))}, true
+}
+
+func hasFoldPrefix(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+}
