@@ -137,6 +137,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"category id missing", "ProductUpdated", 1, "Product", `{"version":1,"sku":"a","name":"b","price_cents":1,"currency":"EUR","status":"active","category":{"name":"x"}}`, `category.id is required`, ErrInvalidPayload},
 		{"discontinued active", "ProductDiscontinued", 1, "Product", `{"version":1,"sku":"a","name":"b","price_cents":1,"currency":"EUR","status":"active"}`, `status must be "discontinued" in ProductDiscontinued`, ErrInvalidPayload},
 		{"version zero", "ProductDeleted", 1, "Product", `{"version":0}`, `version must be >= 1, got 0`, ErrInvalidPayload},
+		{"version past INTEGER", "ProductDeleted", 1, "Product", `{"version":9000000000000000000}`, `version must be <= 2147483647 (the version columns are INTEGER), got 9000000000000000000`, ErrInvalidPayload},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,12 +2,21 @@ package events
 
 import (
 	"fmt"
+	"math"
 	"unicode/utf8"
 )
+
+// maxVersion is the largest version a row can have: products.version and
+// sales_orders.version are INTEGER. A larger one would pin the node, and the
+// guards would skip every correct event after it.
+const maxVersion = math.MaxInt32
 
 func checkVersion(version int64) error {
 	if version < 1 {
 		return fmt.Errorf("version must be >= 1, got %d", version)
+	}
+	if version > maxVersion {
+		return fmt.Errorf("version must be <= %d (the version columns are INTEGER), got %d", maxVersion, version)
 	}
 	return nil
 }
