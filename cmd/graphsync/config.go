@@ -83,6 +83,12 @@ func parseFlagsAndWords(fs *flag.FlagSet, args []string) ([]string, error) {
 	return words, fillFromEnv(fs)
 }
 
+// emptyIsAValue names the flags for which an empty value means something
+// other than the default (an empty --http-addr disables the HTTP server):
+// for them GRAPHSYNC_<NAME>= set empty counts; for every other flag an
+// empty variable is as good as an unset one.
+var emptyIsAValue = map[string]bool{"http-addr": true}
+
 // fillFromEnv sets every flag not given on the command line from
 // GRAPHSYNC_<NAME>.
 func fillFromEnv(fs *flag.FlagSet) error {
@@ -94,7 +100,7 @@ func fillFromEnv(fs *flag.FlagSet) error {
 			return
 		}
 		env := "GRAPHSYNC_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(env); ok && v != "" {
+		if v, ok := os.LookupEnv(env); ok && (v != "" || emptyIsAValue[f.Name]) {
 			if err := f.Value.Set(v); err != nil {
 				errs = append(errs, fmt.Errorf("%s=%q: %v", env, v, err))
 			}

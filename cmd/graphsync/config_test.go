@@ -52,6 +52,32 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	}
 }
 
+// GRAPHSYNC_HTTP_ADDR set empty disables the HTTP server, as --http-addr=
+// does; an empty variable of another flag still leaves its default.
+func TestEmptyHTTPAddrFromEnvironment(t *testing.T) {
+	t.Setenv("GRAPHSYNC_HTTP_ADDR", "")
+	t.Setenv("GRAPHSYNC_BATCH_SIZE", "")
+	t.Setenv("GRAPHSYNC_WAKE", "")
+	fs := flag.NewFlagSet("sync", flag.ContinueOnError)
+	var f syncFlags
+	f.register(fs)
+	if err := parseFlags(fs, nil); err != nil {
+		t.Fatal(err)
+	}
+	if f.httpAddr != "" {
+		t.Errorf("GRAPHSYNC_HTTP_ADDR= left --http-addr %q, want empty (disabled)", f.httpAddr)
+	}
+	if f.relay.BatchSize != 500 || f.wake != "poll" {
+		t.Errorf("empty GRAPHSYNC_BATCH_SIZE and GRAPHSYNC_WAKE changed the defaults: batch %d, wake %q", f.relay.BatchSize, f.wake)
+	}
+	fs = flag.NewFlagSet("sync", flag.ContinueOnError)
+	f = syncFlags{}
+	f.register(fs)
+	if err := parseFlags(fs, []string{"--http-addr", ":9"}); err != nil || f.httpAddr != ":9" {
+		t.Errorf("--http-addr on the command line: %q, %v", f.httpAddr, err)
+	}
+}
+
 func TestUnknownCommandAndWake(t *testing.T) {
 	if code := run([]string{"frobnicate"}); code != 2 {
 		t.Errorf("unknown command exit %d, want 2", code)
