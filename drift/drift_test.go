@@ -267,6 +267,17 @@ func TestPlantedDriftIsFoundAndRepaired(t *testing.T) {
 	if len(repaired.Repaired) == 0 {
 		t.Fatal("repair changed nothing")
 	}
+	// A node without a tenant is no tenant's: only a whole-graph repair
+	// removes it, never a one-tenant one.
+	res, err = neo4j.ExecuteQuery(context.Background(), driver, `MATCH (n:Customer {id: -424242}) WHERE n.tenant_id IS NULL RETURN count(n) AS n`,
+		nil, neo4j.EagerResultTransformer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "n"); n != 1 {
+		t.Errorf("a repair of tenant %d removed a node without a tenant", a)
+	}
+	cypherExec(t, driver, `MATCH (n:Customer {id: -424242}) WHERE n.tenant_id IS NULL DETACH DELETE n`, nil)
 	after := check(t, pool, driver, a, false)
 	if after.DriftTotal != 0 {
 		md.Reset()

@@ -135,8 +135,10 @@ RETURN n.tenant_id AS tenant, foreign, mine, count(*) AS nodes, min(n.id) AS exa
 		count, _, _ := neo4j.GetRecordValue[int64](rec, "nodes")
 		example, _, _ := neo4j.GetRecordValue[int64](rec, "example")
 		withoutID, _, _ := neo4j.GetRecordValue[int64](rec, "without_id")
-		// A one-tenant run still reports nodes without a tenant: they
-		// belong to no tenant, so no other run would.
+		// A one-tenant run still reports nodes without a tenant (they
+		// belong to no tenant, so no other run but a whole-graph one
+		// would), but only a whole-graph run repairs them: a repair of one
+		// tenant changes nothing outside it.
 		if r.c.cfg.TenantID != 0 && !noTenant && tenant != r.c.cfg.TenantID {
 			continue
 		}
@@ -150,8 +152,12 @@ RETURN n.tenant_id AS tenant, foreign, mine, count(*) AS nodes, min(n.id) AS exa
 		label, _ := mine[0].(string)
 		switch {
 		case noTenant:
-			r.findings = append(r.findings, Finding{Kind: NodeWithoutTenant, Label: label, ID: example, Count: int(count),
-				Detail: fmt.Sprintf("%d %s nodes have no tenant_id", count, label), repair: &repairAction{deleteUntenanted: label}})
+			f := Finding{Kind: NodeWithoutTenant, Label: label, ID: example, Count: int(count),
+				Detail: fmt.Sprintf("%d %s nodes have no tenant_id", count, label)}
+			if r.c.cfg.TenantID == 0 {
+				f.repair = &repairAction{deleteUntenanted: label}
+			}
+			r.findings = append(r.findings, f)
 		case !known[tenant] && r.c.cfg.TenantID == 0:
 			unknownTenants[tenant] += int(count)
 		case withoutID > 0:
