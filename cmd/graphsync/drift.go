@@ -47,23 +47,34 @@ func runDrift(ctx context.Context, args []string) error {
 	if *threshold < 0 {
 		return exitError{2, fmt.Sprintf("--threshold must be >= 0, got %d", *threshold)}
 	}
+	// The report's file is opened before anything is compared or repaired:
+	// a --repair must not change Neo4j and only then find it cannot write
+	// what it did.
+	var file *reportFile
+	if *out != "" {
+		var err error
+		if file, err = openReportFile(*out); err != nil {
+			return exitError{2, fmt.Sprintf("write the report: %v", err)}
+		}
+		defer file.close() //nolint:errcheck // closed and checked below once written
+	}
 	report, err := checkDrift(ctx, conn, drift.Config{TenantID: *tenant, Sample: *sampleShare, RecheckAfter: *recheck}, *repair)
 	if err != nil {
 		return exitError{2, oneLine(err.Error())}
 	}
 	var w io.Writer = os.Stdout
-	if *out != "" {
-		f, err := os.Create(*out)
-		if err != nil {
+	if file != nil {
+		if w, err = file.writer(); err != nil {
 			return exitError{2, fmt.Sprintf("write the report: %v", err)}
 		}
-		defer f.Close()
-		w = f
 	}
 	if *format == "json" {
 		err = report.WriteJSON(w)
 	} else {
 		err = report.WriteMarkdown(w, *threshold)
+	}
+	if err == nil && file != nil {
+		err = file.close()
 	}
 	if err != nil {
 		return exitError{2, fmt.Sprintf("write the report: %v", err)}
@@ -98,6 +109,46 @@ func checkDrift(ctx context.Context, conn connFlags, cfg drift.Config, repair bo
 		return nil, fmt.Errorf("%s", redact.Text(err.Error()))
 	}
 	return report, nil
+}
+
+// reportFile is --out: opened before the check, filled after it.
+type reportFile struct {
+	file    *os.File
+	created bool // it did not exist: removed again if no report is written
+	written bool
+	closed  bool
+}
+
+// openReportFile opens path for writing without emptying it yet: a check
+// that cannot run leaves an earlier report as it was.
+func openReportFile(path string) (*reportFile, error) {
+	_, statErr := os.Stat(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o666)
+	if err != nil {
+		return nil, err
+	}
+	return &reportFile{file: f, created: errors.Is(statErr, os.ErrNotExist)}, nil
+}
+
+// writer empties the file for the report.
+func (r *reportFile) writer() (io.Writer, error) {
+	r.written = true
+	if err := r.file.Truncate(0); err != nil {
+		return nil, err
+	}
+	return r.file, nil
+}
+
+func (r *reportFile) close() error {
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	err := r.file.Close()
+	if r.created && !r.written {
+		_ = os.Remove(r.file.Name())
+	}
+	return err
 }
 
 // oneLine keeps an error to one line.

@@ -143,3 +143,86 @@ func TestDriftWatchExportsGauges(t *testing.T) {
 		t.Errorf("graphsync_drift{Product, orphan_node} = %v, want 1", got)
 	}
 }
+
+// plantOrphan gives a fresh tenant a Product node no row backs: drift to
+// find and --repair to delete.
+func plantOrphan(t *testing.T) (pgURL string, tenant int64, orphans func() int64) {
+	t.Helper()
+	ctx := context.Background()
+	pgURL, pool := teststack.FreshDatabase(t)
+	driver := teststack.Neo4j(t)
+	if err := projector.EnsureSchema(ctx, driver); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('orphaned') RETURNING id`).Scan(&tenant); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { teststack.CleanGraph(t, driver, tenant) })
+	if _, err := neo4j.ExecuteQuery(ctx, driver, `CREATE (:Product {tenant_id: $t, id: $t, name: 'nobody wrote me'})`,
+		map[string]any{"t": tenant}, neo4j.EagerResultTransformer); err != nil {
+		t.Fatal(err)
+	}
+	return pgURL, tenant, func() int64 {
+		t.Helper()
+		res, err := neo4j.ExecuteQuery(ctx, driver, `MATCH (p:Product {tenant_id: $t}) RETURN count(p) AS n`,
+			map[string]any{"t": tenant}, neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := res.Records[0].Get("n")
+		return n.(int64)
+	}
+}
+
+// An --out that cannot be written stops drift before it compares or
+// repairs anything: the orphan a --repair would delete is still there. A
+// report file drift created is removed again when no report was written,
+// and one that existed keeps its text.
+func TestDriftOutIsOpenedBeforeTheRepair(t *testing.T) {
+	pgURL, tenant, orphans := plantOrphan(t)
+	conn := []string{"--pg-url", pgURL, "--neo4j-uri", teststack.Neo4jURI(t), "--log-level", "error", "--recheck-after", "0s"}
+	dir := t.TempDir()
+	unwritable := filepath.Join(dir, "no such folder", "report.md")
+	code, stderr := runCapturingStderr(t, append([]string{"drift", "--tenant", itoa(tenant), "--repair", "--out", unwritable}, conn...))
+	if code != 2 || !strings.Contains(stderr, "write the report") {
+		t.Errorf("--repair --out into a missing folder: exit %d, want 2 naming the report:\n%s", code, stderr)
+	}
+	if n := orphans(); n != 1 {
+		t.Fatalf("after the refused run the tenant has %d Product nodes, want the orphan still there: Neo4j was repaired before --out was opened", n)
+	}
+
+	created := filepath.Join(dir, "new.md")
+	if code := run([]string{"drift", "--tenant", itoa(tenant), "--out", created, "--pg-url", pgURL, "--neo4j-uri", "bolt://127.0.0.1:1"}); code != 2 {
+		t.Errorf("unreachable Neo4j: exit %d, want 2", code)
+	}
+	if _, err := os.Stat(created); !os.IsNotExist(err) {
+		t.Errorf("a run that wrote no report left %s behind (%v)", created, err)
+	}
+	earlier := filepath.Join(dir, "earlier.md")
+	if err := os.WriteFile(earlier, []byte("the earlier report\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := run([]string{"drift", "--tenant", itoa(tenant), "--out", earlier, "--pg-url", pgURL, "--neo4j-uri", "bolt://127.0.0.1:1"}); code != 2 {
+		t.Errorf("unreachable Neo4j: exit %d, want 2", code)
+	}
+	if body, err := os.ReadFile(earlier); err != nil || string(body) != "the earlier report\n" {
+		t.Errorf("a run that wrote no report changed the earlier one: %q, %v", body, err)
+	}
+
+	// The report that is written replaces a longer earlier one whole.
+	if err := os.WriteFile(earlier, []byte(strings.Repeat("an earlier, longer report\n", 1000)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := run(append([]string{"drift", "--tenant", itoa(tenant), "--repair", "--format", "json", "--out", earlier}, conn...)); code != 1 {
+		t.Errorf("--repair of the orphan: exit %d, want 1 (the drift found before the repair)", code)
+	}
+	var report struct {
+		DriftTotal int `json:"drift_total"`
+	}
+	if body, err := os.ReadFile(earlier); err != nil || json.Unmarshal(body, &report) != nil || report.DriftTotal != 1 {
+		t.Errorf("the report file does not hold the new report alone (%v):\n%.300s", err, body)
+	}
+	if n := orphans(); n != 0 {
+		t.Errorf("after --repair the tenant has %d Product nodes, want none", n)
+	}
+}
