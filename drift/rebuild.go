@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+	"go.uber.org/zap"
 
 	"graphsync/graphmodel"
 	gsql "graphsync/sql"
@@ -140,6 +141,10 @@ func (c *Checker) WriteChunk(ctx context.Context, ch *Chunk) (int64, error) {
 	return applied, nil
 }
 
+// watermarkPatience is how long the watermark waits for the transactions
+// running at a read before it says so in the log (and every minute after).
+var watermarkPatience = 10 * time.Second
+
 // watermark returns the lowest outbox id an event whose business change
 // snapshot does not see can carry: one more than the highest id drawn
 // before the snapshot (lastDrawn), or lower, the lowest id written by a
@@ -153,6 +158,8 @@ func (c *Checker) watermark(ctx context.Context, snapshot string, lastDrawn int6
 	}
 	ticker := time.NewTicker(20 * time.Millisecond)
 	defer ticker.Stop()
+	started := time.Now()
+	warnAt := started.Add(watermarkPatience)
 	for {
 		var ended bool
 		if err := c.pool.QueryRow(ctx, gsql.Query("RebuildXactsEnded"), after).Scan(&ended); err != nil {
@@ -160,6 +167,12 @@ func (c *Checker) watermark(ctx context.Context, snapshot string, lastDrawn int6
 		}
 		if ended {
 			break
+		}
+		if time.Now().After(warnAt) {
+			c.log.Warn("waiting for transactions that were running when the rows were read: a transaction left open "+
+				"(idle in transaction, or prepared and never committed) holds the rebuild here; pg_stat_activity and pg_prepared_xacts show it",
+				zap.Duration("waited", time.Since(started).Round(time.Second)))
+			warnAt = time.Now().Add(time.Minute)
 		}
 		select {
 		case <-ctx.Done():

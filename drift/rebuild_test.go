@@ -7,7 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
-	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"graphsync/cypher"
 	"graphsync/graphmodel"
@@ -69,7 +70,12 @@ func TestSnapshotWatermarkKeepsNewerReferenceState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(pool, driver, Config{TenantID: tenant}, zaptest.NewLogger(t))
+	// The wait is said in the log (here after 100 ms, not 10 s): a
+	// transaction left open would otherwise hold the rebuild silently.
+	defer func(patience time.Duration) { watermarkPatience = patience }(watermarkPatience)
+	watermarkPatience = 100 * time.Millisecond
+	logCore, logged := observer.New(zap.WarnLevel)
+	c, err := New(pool, driver, Config{TenantID: tenant}, zap.New(logCore))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,10 +88,16 @@ func TestSnapshotWatermarkKeepsNewerReferenceState(t *testing.T) {
 		below, err := c.watermark(ctx, snapshot, lastDrawn)
 		got <- result{below, err}
 	}()
-	select {
-	case r := <-got:
-		t.Fatalf("the watermark did not wait for the transaction running at the read: %d, %v", r.below, r.err)
-	case <-time.After(300 * time.Millisecond):
+	deadline := time.Now().Add(10 * time.Second)
+	for logged.FilterMessageSnippet("waiting for transactions that were running").Len() == 0 {
+		select {
+		case r := <-got:
+			t.Fatalf("the watermark did not wait for the transaction running at the read: %d, %v", r.below, r.err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the watermark waited without saying so in the log")
+		}
 	}
 	if err := rename.Commit(ctx); err != nil {
 		t.Fatal(err)
