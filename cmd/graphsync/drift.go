@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"graphsync/drift"
@@ -58,8 +60,16 @@ func runDrift(ctx context.Context, args []string) error {
 		}
 		defer file.close() //nolint:errcheck // closed and checked below once written
 	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	report, err := checkDrift(ctx, conn, drift.Config{TenantID: *tenant, Sample: *sampleShare, RecheckAfter: *recheck}, *repair)
 	if err != nil {
+		if ctx.Err() != nil {
+			if *repair {
+				return exitError{2, "stopped: --repair may have applied part of its repairs and no report was written; run graphsync drift again to see what is left"}
+			}
+			return exitError{2, "stopped before the comparison finished: nothing was changed and no report was written"}
+		}
 		return exitError{2, oneLine(err.Error())}
 	}
 	var w io.Writer = os.Stdout

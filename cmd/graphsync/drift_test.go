@@ -1,16 +1,21 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap/zaptest"
@@ -146,10 +151,10 @@ func TestDriftWatchExportsGauges(t *testing.T) {
 
 // plantOrphan gives a fresh tenant a Product node no row backs: drift to
 // find and --repair to delete.
-func plantOrphan(t *testing.T) (pgURL string, tenant int64, orphans func() int64) {
+func plantOrphan(t *testing.T) (pgURL string, pool *pgxpool.Pool, tenant int64, orphans func() int64) {
 	t.Helper()
 	ctx := context.Background()
-	pgURL, pool := teststack.FreshDatabase(t)
+	pgURL, pool = teststack.FreshDatabase(t)
 	driver := teststack.Neo4j(t)
 	if err := projector.EnsureSchema(ctx, driver); err != nil {
 		t.Fatal(err)
@@ -162,7 +167,7 @@ func plantOrphan(t *testing.T) (pgURL string, tenant int64, orphans func() int64
 		map[string]any{"t": tenant}, neo4j.EagerResultTransformer); err != nil {
 		t.Fatal(err)
 	}
-	return pgURL, tenant, func() int64 {
+	return pgURL, pool, tenant, func() int64 {
 		t.Helper()
 		res, err := neo4j.ExecuteQuery(ctx, driver, `MATCH (p:Product {tenant_id: $t}) RETURN count(p) AS n`,
 			map[string]any{"t": tenant}, neo4j.EagerResultTransformer)
@@ -179,7 +184,7 @@ func plantOrphan(t *testing.T) (pgURL string, tenant int64, orphans func() int64
 // report file drift created is removed again when no report was written,
 // and one that existed keeps its text.
 func TestDriftOutIsOpenedBeforeTheRepair(t *testing.T) {
-	pgURL, tenant, orphans := plantOrphan(t)
+	pgURL, _, tenant, orphans := plantOrphan(t)
 	conn := []string{"--pg-url", pgURL, "--neo4j-uri", teststack.Neo4jURI(t), "--log-level", "error", "--recheck-after", "0s"}
 	dir := t.TempDir()
 	unwritable := filepath.Join(dir, "no such folder", "report.md")
@@ -224,5 +229,59 @@ func TestDriftOutIsOpenedBeforeTheRepair(t *testing.T) {
 	}
 	if n := orphans(); n != 0 {
 		t.Errorf("after --repair the tenant has %d Product nodes, want none", n)
+	}
+}
+
+// SIGTERM stops drift like rebuild: exit 2 and one line saying it stopped
+// and what may be half done (a --repair may have applied part of its
+// repairs), instead of dying by the signal.
+func TestDriftStopsOnSignal(t *testing.T) {
+	pgURL, pool, tenant, _ := plantOrphan(t)
+	for _, c := range []struct {
+		repair bool
+		want   string
+	}{
+		{false, "graphsync drift: stopped before the comparison finished: nothing was changed"},
+		{true, "graphsync drift: stopped: --repair may have applied part of its repairs"},
+	} {
+		// The child is known to have its handler once it has connected to
+		// PostgreSQL; its wait before the second look (a minute) keeps it
+		// running until the signal comes.
+		app := fmt.Sprintf("drift-signal-%d-%t", tenant, c.repair)
+		u, err := url.Parse(pgURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		q.Set("application_name", app)
+		u.RawQuery = q.Encode()
+		args := []string{"drift", "--tenant", itoa(tenant), "--recheck-after", "60s", "--log-level", "error",
+			"--pg-url", u.String(), "--neo4j-uri", teststack.Neo4jURI(t)}
+		if c.repair {
+			args = append(args, "--repair")
+		}
+		child := startMain(t, args)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var connected int
+			if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&connected); err != nil {
+				t.Fatal(err)
+			}
+			if connected > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("drift (repair %t) did not connect within 30s", c.repair)
+			}
+			<-time.After(10 * time.Millisecond)
+		}
+		if err := child.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		err = child.Wait()
+		stderr := child.Stderr.(*bytes.Buffer).String()
+		if code := child.ProcessState.ExitCode(); code != 2 || !strings.HasPrefix(stderr, c.want) {
+			t.Errorf("SIGTERM (repair %t): exit %d (%v), want 2 and %q:\n%s", c.repair, code, err, c.want, stderr)
+		}
 	}
 }
