@@ -114,6 +114,38 @@ func TestCommandsCheckTheirFlagsBeforeConnecting(t *testing.T) {
 	}
 }
 
+// A flag out of range is named before anything is connected: the servers
+// (loopback port 1) are never tried, so the one line on standard error is
+// the flag's, with exit 2.
+func TestFlagMistakesAreNamedBeforeConnecting(t *testing.T) {
+	pg, bolt := "postgres://x@127.0.0.1:1/x?connect_timeout=2", "bolt://127.0.0.1:1"
+	for _, c := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"rebuild", "--chunk-size", "0"}, "--chunk-size"},
+		{[]string{"rebuild", "--chunk-size", "100001"}, "--chunk-size"},
+		{[]string{"rebuild", "--tenant", "-3"}, "--tenant"},
+		{[]string{"rebuild", "--recheck-after", "-1s"}, "--recheck-after"},
+		{[]string{"drift", "--tenant", "-3"}, "--tenant"},
+		{[]string{"drift", "--recheck-after", "-1s"}, "--recheck-after"},
+		{[]string{"context", "--tenant", "1", "--hops", "7", "speaker"}, "--hops"},
+		{[]string{"context", "--tenant", "1", "--hops", "-1", "speaker"}, "--hops"},
+		{[]string{"context", "--tenant", "1", "--max-chars", "3", "speaker"}, "--max-chars"},
+		{[]string{"sync", "--drift-sample", "7", "--drift-check-every", "1m", "--http-addr", ""}, "--drift-sample"},
+		{[]string{"sync", "--drift-sample", "NaN", "--http-addr", ""}, "--drift-sample"},
+		{[]string{"sync", "--max-payload-bytes", "-1", "--http-addr", ""}, "--max-payload-bytes"},
+		{[]string{"sync", "--neo4j-tx-timeout", "-1s", "--http-addr", ""}, "--neo4j-tx-timeout"},
+		{[]string{"demo", "--drift-sample", "0", "--no-sync"}, "--drift-sample"},
+	} {
+		args := append(c.args, "--pg-url", pg, "--neo4j-uri", bolt, "--log-level", "error")
+		code, stderr := runCapturingStderr(t, args)
+		if code != 2 || !strings.Contains(stderr, c.flag) || strings.Contains(stderr, "127.0.0.1:1") || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%v: exit %d, want 2 and one line naming %s, not a connection error:\n%s", c.args, code, c.flag, stderr)
+		}
+	}
+}
+
 // Retention settings that would remove what they should keep stop the
 // command before it connects (the URL names a port nothing listens on),
 // with exit 2 and the flag named.

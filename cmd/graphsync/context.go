@@ -44,6 +44,14 @@ func (f *contextFlags) config() (retrieve.Config, retrieve.Format, error) {
 	if f.topK < 1 || f.topK > retrieve.MaxTopK {
 		return retrieve.Config{}, "", usageError{fmt.Sprintf("--top-k must be between 1 and %d, got %d", retrieve.MaxTopK, f.topK)}
 	}
+	if f.hops < 0 || f.hops > retrieve.MaxHops {
+		return retrieve.Config{}, "", usageError{fmt.Sprintf("--hops must be between 0 and %d, got %d", retrieve.MaxHops, f.hops)}
+	}
+	// retrieve.Config reads a zero budget as its default; on the command
+	// line it is below the least.
+	if f.maxChars < retrieve.MinMaxChars {
+		return retrieve.Config{}, "", usageError{fmt.Sprintf("--max-chars must be at least %d, got %d", retrieve.MinMaxChars, f.maxChars)}
+	}
 	return retrieve.Config{TopK: f.topK, Hops: f.hops, NoHops: f.hops == 0, MaxChars: f.maxChars}, format, nil
 }
 

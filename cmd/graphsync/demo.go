@@ -56,13 +56,8 @@ func runDemo(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	wake, err := relay.ParseWakeMode(f.wake)
-	if err != nil {
-		return usageError{err.Error()}
-	}
-	f.relay.Wake = wake
-	if err := f.relay.Validate(); err != nil {
-		return usageError{err.Error()}
+	if err := f.validate(); err != nil {
+		return err
 	}
 	// Ctrl-C stops the demo softly, so that it still drops its replication
 	// slot (a slot nobody reads keeps WAL); a second one exits at once.

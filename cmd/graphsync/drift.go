@@ -49,6 +49,12 @@ func runDrift(ctx context.Context, args []string) error {
 	if *threshold < 0 {
 		return exitError{2, fmt.Sprintf("--threshold must be >= 0, got %d", *threshold)}
 	}
+	if *tenant < 0 {
+		return exitError{2, fmt.Sprintf("--tenant must be a tenant id (0: every tenant), got %d", *tenant)}
+	}
+	if *recheck < 0 {
+		return exitError{2, fmt.Sprintf("--recheck-after must not be negative, got %s", *recheck)}
+	}
 	// The report's file is opened before anything is compared or repaired:
 	// a --repair must not change Neo4j and only then find it cannot write
 	// what it did.

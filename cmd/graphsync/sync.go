@@ -78,13 +78,9 @@ func (f *syncFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.projector.TxTimeout, "neo4j-tx-timeout", time.Minute, "server-side timeout of each Neo4j write transaction; a batch that times out is retried in halves, uncounted, down to the event, whose attempt then counts")
 }
 
-func runSync(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("sync", flag.ContinueOnError)
-	var f syncFlags
-	f.register(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
+// validate checks the flags before anything is connected, so a mistake
+// is named as the flag it is (exit 2), and sets the wake mode.
+func (f *syncFlags) validate() error {
 	wake, err := relay.ParseWakeMode(f.wake)
 	if err != nil {
 		return usageError{err.Error()}
@@ -98,6 +94,29 @@ func runSync(ctx context.Context, args []string) error {
 	}
 	if f.retentionEvery < 0 || f.driftEvery < 0 {
 		return usageError{fmt.Sprintf("--retention-every and --drift-check-every must not be negative (0 disables), got %s and %s", f.retentionEvery, f.driftEvery)}
+	}
+	if !(f.driftSample > 0 && f.driftSample <= 1) { // NaN too
+		return usageError{fmt.Sprintf("--drift-sample must be in (0, 1], got %g", f.driftSample)}
+	}
+	if f.projector.Limits.MaxPayloadBytes < 0 || f.projector.Limits.MaxOrderLines < 0 {
+		return usageError{fmt.Sprintf("--max-payload-bytes and --max-order-lines must not be negative, got %d and %d",
+			f.projector.Limits.MaxPayloadBytes, f.projector.Limits.MaxOrderLines)}
+	}
+	if f.projector.TxTimeout < 0 {
+		return usageError{fmt.Sprintf("--neo4j-tx-timeout must not be negative, got %s", f.projector.TxTimeout)}
+	}
+	return nil
+}
+
+func runSync(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("sync", flag.ContinueOnError)
+	var f syncFlags
+	f.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := f.validate(); err != nil {
+		return err
 	}
 	log, err := f.conn.logger()
 	if err != nil {
@@ -204,11 +223,6 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
 		})
 	}
 	if f.driftEvery > 0 {
-		if f.driftSample <= 0 || f.driftSample > 1 {
-			cancelRun()
-			_ = tasks.Wait()
-			return usageError{fmt.Sprintf("--drift-sample must be in (0, 1], got %g", f.driftSample)}
-		}
 		watch := newDriftWatch()
 		registry.MustRegister(watch.collectors()...)
 		tasks.Go(func(context.Context) error {
