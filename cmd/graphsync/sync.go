@@ -139,11 +139,28 @@ func runSync(ctx context.Context, args []string) error {
 		log.Warn("second signal: stopping at once", zap.String("signal", sig.String()))
 		os.Exit(1)
 	}()
-	return serveSync(ctx, f, log)
+	err = serveSync(ctx, f, log)
+	if errors.Is(err, errStoppedBeforeRelaying) {
+		log.Info("stopped before it started relaying: nothing was claimed or applied")
+		return nil
+	}
+	return err
 }
 
+// errStoppedBeforeRelaying is serveSync's answer to a stop that came while
+// it was still connecting and preparing: a stop, not a failure.
+var errStoppedBeforeRelaying = errors.New("stopped before it started relaying")
+
 // serveSync runs the service until ctx is done.
-func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
+func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) (err error) {
+	relaying := false
+	defer func() {
+		// A stop while connecting comes back as the connection's error
+		// ("context canceled"); what was interrupted then holds nothing.
+		if err != nil && !relaying && ctx.Err() != nil {
+			err = errStoppedBeforeRelaying
+		}
+	}()
 	pgPool, err := f.conn.openPostgres(ctx, int32(f.relay.Workers*2+6))
 	if err != nil {
 		return err
@@ -195,6 +212,7 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) error {
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
 	tasks := pool.New().WithErrors().WithContext(context.WithoutCancel(ctx))
+	relaying = true
 	tasks.Go(func(context.Context) error {
 		defer cancelRun() // the relay ending ends the service
 		return rel.Run(runCtx)
