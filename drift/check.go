@@ -15,6 +15,8 @@ import (
 	"go.uber.org/zap"
 
 	"graphsync/graphmodel"
+	"graphsync/projector"
+	"graphsync/relay"
 	gsql "graphsync/sql"
 )
 
@@ -426,7 +428,18 @@ func (it *iter) take() { it.pos++ }
 type pendingIndex struct {
 	byAggregate map[string]map[int64]pendingCount
 	byType      map[string]pendingCount
+	// byReference counts, per reference label and id, the pending events
+	// that will write that node; nil when the tenant had more than
+	// referenceDecodeLimit pending events (a backlog), which are then not
+	// decoded.
+	byReference map[string]map[int64]int64
 }
+
+// referenceDecodeLimit is how many pending events of a tenant drift decodes
+// to learn which reference nodes they will write. Past it (a backlog after
+// an outage), any pending event of the aggregate type that writes a
+// reference label explains a difference on every node of that label.
+const referenceDecodeLimit = 10_000
 
 type pendingCount struct{ pending, dlq int64 }
 
@@ -453,13 +466,55 @@ func loadPending(ctx context.Context, pool *pgxpool.Pool, tenant int64) (pending
 		t.pending, t.dlq = t.pending+pending, t.dlq+dead
 		idx.byType[typ] = t
 	}
-	return idx, rows.Err()
+	if err := rows.Err(); err != nil {
+		return idx, fmt.Errorf("read pending outbox rows of tenant %d: %w", tenant, err)
+	}
+	var total int64
+	for _, t := range idx.byType {
+		total += t.pending
+	}
+	if total > referenceDecodeLimit {
+		return idx, nil
+	}
+	idx.byReference = map[string]map[int64]int64{}
+	rows, err = pool.Query(ctx, gsql.Query("DriftOutboxPendingEvents"), tenant, referenceDecodeLimit)
+	if err != nil {
+		return idx, fmt.Errorf("read pending events of tenant %d: %w", tenant, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		m := relay.Message{TenantID: tenant}
+		var payload string
+		if err := rows.Scan(&m.ID, &m.AggregateType, &m.AggregateID, &m.EventType, &m.EventVersion, &payload); err != nil {
+			return idx, fmt.Errorf("read pending events of tenant %d: %w", tenant, err)
+		}
+		m.Payload = []byte(payload)
+		nodes, err := projector.NodesWritten(m)
+		if err != nil {
+			continue // it will write nothing: sync will reject it
+		}
+		for _, n := range nodes {
+			if n.Label == graphmodel.LabelCategory || n.Label == graphmodel.LabelCustomer {
+				if idx.byReference[n.Label] == nil {
+					idx.byReference[n.Label] = map[int64]int64{}
+				}
+				idx.byReference[n.Label][n.ID]++
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return idx, fmt.Errorf("read pending events of tenant %d: %w", tenant, err)
+	}
+	return idx, nil
 }
 
 // explains tells whether outbox rows not applied yet explain a difference
 // on a node: its own aggregate's pending rows, or, for a reference node
-// (whose properties ride on other aggregates' events), any pending row of
-// the aggregate type that writes it. Dead-lettered rows explain nothing: no
+// (whose properties ride on other aggregates' events), the pending events
+// that will write it (during a backlog too many to decode: any pending row
+// of the aggregate type that writes it). A busy tenant always has some
+// event pending: counting those would hide every category and customer
+// difference for as long as it is busy. Dead-lettered rows explain nothing: no
 // one is applying them, so the graph stays different until an operator
 // retries them or a repair writes the rows (a dead-lettered Order event
 // used to hide every Customer difference of its tenant for as long as it
@@ -472,15 +527,26 @@ func (p pendingIndex) explains(label string, id int64) (pendingCount, bool) {
 	case graphmodel.LabelOrder:
 		c = p.byAggregate["Order"][id]
 	case graphmodel.LabelCategory:
-		c = p.byType["Product"]
+		c = p.reference(label, id, "Product")
 	case graphmodel.LabelCustomer:
-		c = p.byType["Order"]
+		c = p.reference(label, id, "Order")
 	default:
 		for _, t := range p.byType {
 			c.pending, c.dlq = c.pending+t.pending, c.dlq+t.dlq
 		}
 	}
 	return c, c.pending > 0
+}
+
+// reference counts the pending events that will write reference node (label,
+// id), which events of aggregate type writer carry; the dead-lettered ones
+// of that type are shown beside them.
+func (p pendingIndex) reference(label string, id int64, writer string) pendingCount {
+	c := p.byType[writer]
+	if p.byReference != nil {
+		c.pending = p.byReference[label][id]
+	}
+	return c
 }
 
 func tombstoneLabel(m graphmodel.Model) string {

@@ -76,6 +76,23 @@ func ProjectOrderRow(tenantID int64, r OrderRow) (graphmodel.Mutations, error) {
 	return it.mut, nil
 }
 
+// NodesWritten is the nodes that applying message m would upsert, by the
+// decoding and translation sync uses: drift asks which reference nodes
+// (categories, customers) a pending event will write. An event that does
+// not decode is an error: it will write nothing.
+func NodesWritten(m relay.Message) ([]graphmodel.NodeUpsert, error) {
+	ev, err := events.Decode(events.Record{OutboxID: m.ID, AggregateType: m.AggregateType, AggregateID: m.AggregateID,
+		EventType: m.EventType, EventVersion: m.EventVersion, Payload: m.Payload})
+	if err != nil {
+		return nil, err
+	}
+	it, err := translate(m, ev)
+	if err != nil {
+		return nil, err
+	}
+	return it.mut.Nodes, nil
+}
+
 // ProjectCategoryRow and ProjectCustomerRow are the reference nodes alone.
 func ProjectCategoryRow(tenantID, id int64, name string) graphmodel.NodeUpsert {
 	return graphmodel.NodeUpsert{Label: graphmodel.LabelCategory, TenantID: tenantID, ID: id, Props: map[string]any{"name": name}}

@@ -83,6 +83,15 @@ FROM outbox_messages_dlq
 WHERE tenant_id = $1
 GROUP BY aggregate_type, aggregate_id;
 
+-- name: DriftOutboxPendingEvents
+-- A tenant's pending events, for the reference nodes they will write (drift
+-- decodes them as sync does); read only while there are at most $2.
+SELECT id, aggregate_type, aggregate_id, event_type, event_version, payload::text
+FROM outbox_messages
+WHERE tenant_id = $1 AND processed_at IS NULL
+ORDER BY id
+LIMIT $2;
+
 -- name: DriftLag
 -- Projection lag of one tenant: pending rows, the oldest pending age, DLQ rows.
 SELECT (SELECT count(*) FROM outbox_messages WHERE tenant_id = $1 AND processed_at IS NULL),
