@@ -34,6 +34,15 @@ type repairAction struct {
 	// deleteWithoutID removes the label's nodes of the finding's tenant
 	// whose id is missing or not an integer.
 	deleteWithoutID string
+	// deleteMisplaced removes a tenant's misplaced edges of a type.
+	deleteMisplaced *misplacedIn
+}
+
+// misplacedIn is the misplaced edges of one tenant (or of none).
+type misplacedIn struct {
+	misplaced
+	tenant   int64
+	noTenant bool
 }
 
 // relRef names one relationship as drift read it: its element id, and its
@@ -108,6 +117,7 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 	var tenants []int64
 	var untenanted []string
 	var withoutID []Finding
+	var misplacedEdges []*misplacedIn
 	var deleteTenants []int64
 	for _, f := range r.findings {
 		a := f.repair
@@ -133,6 +143,8 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 			untenanted = append(untenanted, a.deleteUntenanted)
 		case a.deleteWithoutID != "":
 			withoutID = append(withoutID, f)
+		case a.deleteMisplaced != nil:
+			misplacedEdges = append(misplacedEdges, a.deleteMisplaced)
 		}
 	}
 	var changes []string
@@ -184,6 +196,18 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 		if err := r.deleteInBatches(ctx, "deleted "+label+" nodes without a tenant_id",
 			"MATCH (n:"+label+") WHERE n.tenant_id IS NULL WITH n LIMIT 10000 DETACH DELETE n RETURN count(*) AS applied",
 			nil, &changes); err != nil {
+			return changes, err
+		}
+	}
+	for _, m := range misplacedEdges {
+		scope := "coalesce(r.tenant_id, a.tenant_id, b.tenant_id) = $tenant"
+		if m.noTenant {
+			scope = "coalesce(r.tenant_id, a.tenant_id, b.tenant_id) IS NULL"
+		}
+		if err := r.deleteInBatches(ctx, fmt.Sprintf("deleted misplaced %s relationships of tenant %d", m.typ, m.tenant),
+			"MATCH (a)-[r:"+m.typ+"]->(b) WHERE "+m.condition(true)+" AND "+scope+
+				" WITH r LIMIT 10000 DELETE r RETURN count(*) AS applied",
+			map[string]any{"tenant": m.tenant, "owned": cypher.Labels(r.model)}, &changes); err != nil {
 			return changes, err
 		}
 	}

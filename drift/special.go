@@ -177,6 +177,9 @@ RETURN n.tenant_id AS tenant, foreign, mine, count(*) AS nodes, min(n.id) AS exa
 				repair: &repairAction{deleteTenant: true}})
 		}
 	}
+	if err := r.scanMisplaced(ctx); err != nil {
+		return err
+	}
 	var types []string
 	for _, rt := range r.model.Relationships {
 		types = append(types, rt.Type)
@@ -194,6 +197,62 @@ RETURN type(r) AS type, r.tenant_id AS tenant, count(*) AS n`, map[string]any{"t
 			continue
 		}
 		r.report.foreign(ForeignRelType, typ, tenant, noTenant, n)
+	}
+	return nil
+}
+
+// misplaced is a relationship type's edges that do not start (out) or end
+// (!out) at a node of its owner label: the projection writes each type from
+// its owner, in the model's direction, and the chunks read only that side,
+// so no chunk compares them.
+type misplaced struct {
+	typ, owner string
+	out        bool
+}
+
+// condition is the Cypher condition an edge r from a to b of the type meets
+// when it is misplaced; with repairable, only those whose ends are both
+// nodes of projected labels ($owned; an edge touching data no projection
+// owns, a GraphRAG chunk say, is reported, never repaired). Labels and types
+// come from the validated model.
+func (m misplaced) condition(repairable bool) string {
+	end := "a"
+	if !m.out {
+		end = "b"
+	}
+	text := "NOT " + end + ":" + m.owner
+	if repairable {
+		text += " AND any(l IN labels(a) WHERE l IN $owned) AND any(l IN labels(b) WHERE l IN $owned)"
+	}
+	return text
+}
+
+// scanMisplaced reads the graph once per relationship type of the model for
+// misplaced edges (see misplaced), per tenant (the edge's, else either
+// end's).
+func (r *run) scanMisplaced(ctx context.Context) error {
+	for _, rt := range r.model.Relationships {
+		owner, out := ownedBy(r.model, rt)
+		m := misplaced{typ: rt.Type, owner: owner, out: out}
+		recs, err := r.query(ctx, "MATCH (a)-[r:"+rt.Type+"]->(b) WHERE "+m.condition(false)+
+			"\nRETURN coalesce(r.tenant_id, a.tenant_id, b.tenant_id) AS tenant, count(*) AS n", nil)
+		if err != nil {
+			return fmt.Errorf("scan the graph for misplaced %s relationships: %w", rt.Type, err)
+		}
+		way := "from"
+		if !out {
+			way = "to"
+		}
+		for _, rec := range recs {
+			tenant, noTenant, _ := neo4j.GetRecordValue[int64](rec, "tenant")
+			n, _, _ := neo4j.GetRecordValue[int64](rec, "n")
+			if r.c.cfg.TenantID != 0 && (noTenant || tenant != r.c.cfg.TenantID) {
+				continue
+			}
+			r.findings = append(r.findings, Finding{Kind: ExtraRelationship, TenantID: tenant, Label: owner, Count: int(n),
+				Detail: fmt.Sprintf("%d %s relationships not %s a %s node: the projection writes none", n, rt.Type, way, owner),
+				repair: &repairAction{deleteMisplaced: &misplacedIn{m, tenant, noTenant}}})
+		}
 	}
 	return nil
 }
