@@ -37,6 +37,9 @@ func ParseSource(s string) (Source, error) {
 // `graphsync rebuild --chunk-size` both default to it.
 const DefaultChunkSize = 2000
 
+// MaxChunkSize is the largest chunk a rebuild takes.
+const MaxChunkSize = 100_000
+
 // GCPercent is the Go garbage collector's target `graphsync rebuild` runs
 // with when GOGC is not set (Go's default is 100). A rebuild is a batch job
 // that shares two cores with Neo4j: collecting a quarter as often gives the
@@ -95,8 +98,8 @@ func (c Config) validate() error {
 	if c.TenantID < 0 {
 		errs = append(errs, fmt.Errorf("tenant must be a tenant id, got %d", c.TenantID))
 	}
-	if c.ChunkSize < 1 || c.ChunkSize > 100_000 {
-		errs = append(errs, fmt.Errorf("chunk size must be in 1..100000, got %d", c.ChunkSize))
+	if c.ChunkSize < 1 || c.ChunkSize > MaxChunkSize {
+		errs = append(errs, fmt.Errorf("chunk size must be in 1..%d, got %d", MaxChunkSize, c.ChunkSize))
 	}
 	if c.Sink == nil {
 		errs = append(errs, errors.New("no sink to replay events into"))

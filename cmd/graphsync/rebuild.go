@@ -21,9 +21,6 @@ import (
 	"graphsync/rebuild"
 )
 
-// maxRebuildChunkSize is the largest chunk rebuild.Config accepts.
-const maxRebuildChunkSize = 100_000
-
 // runRebuild is `graphsync rebuild`: the graph, or one tenant, from
 // PostgreSQL, while sync keeps running. Exit 0 when the final drift check
 // finds none, 1 when drift remains, 2 when the rebuild could not run or was
@@ -55,8 +52,8 @@ func runRebuild(ctx context.Context, args []string) error {
 	}
 	// rebuild.Config reads a zero chunk size as its default; on the command
 	// line 0 is a mistake. Checked here, before anything is connected.
-	if *chunk < 1 || *chunk > maxRebuildChunkSize {
-		return exitError{2, fmt.Sprintf("--chunk-size must be in 1..%d, got %d", maxRebuildChunkSize, *chunk)}
+	if *chunk < 1 || *chunk > rebuild.MaxChunkSize {
+		return exitError{2, fmt.Sprintf("--chunk-size must be in 1..%d, got %d", rebuild.MaxChunkSize, *chunk)}
 	}
 	if *tenant < 0 {
 		return exitError{2, fmt.Sprintf("--tenant must be a tenant id (0: every tenant), got %d", *tenant)}
