@@ -146,11 +146,18 @@ func openReportFile(path string) (*reportFile, error) {
 	return &reportFile{file: f, created: errors.Is(statErr, os.ErrNotExist)}, nil
 }
 
-// writer empties the file for the report.
+// writer empties the file for the report. Only a regular file is emptied:
+// --out /dev/null, a pipe or a terminal cannot be, and need not be.
 func (r *reportFile) writer() (io.Writer, error) {
 	r.written = true
-	if err := r.file.Truncate(0); err != nil {
+	info, err := r.file.Stat()
+	if err != nil {
 		return nil, err
+	}
+	if info.Mode().IsRegular() {
+		if err := r.file.Truncate(0); err != nil {
+			return nil, err
+		}
 	}
 	return r.file, nil
 }
