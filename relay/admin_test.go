@@ -203,6 +203,10 @@ func TestDLQAdmin(t *testing.T) {
 	if h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND processed_at IS NULL AND attempts = 0`, a) != 1 {
 		t.Error("retried row is not pending with a fresh attempt count")
 	}
+	// Not failing any more: sync --until-caught-up waits for it.
+	if flowing, err := PendingFlowing(ctx, h.pool, time.Hour); err != nil || !flowing {
+		t.Errorf("the retried row does not count as flowing (%v, %v): a caught-up check would stop before it is applied", flowing, err)
+	}
 	discarded, err := DLQDiscard(ctx, h.pool, []int64{b, 999999})
 	if err != nil || len(discarded) != 1 {
 		t.Fatalf("discard: %v %v", discarded, err)

@@ -311,8 +311,11 @@ ORDER BY id
 LIMIT $2;
 
 -- name: DLQRetry
--- Back to pending with a fresh attempt count, keeping id, payload and
--- last_error. created_xid is this transaction's: offset readers that passed
+-- Back to pending with a fresh start: attempt count 0 and no last_error (a
+-- pending row with one counts as failing: its aggregate as blocked, and
+-- sync --until-caught-up would stop before the retry was applied; the DLQ
+-- listing showed the error, and a new failure records a new one). Keeps id
+-- and payload. created_xid is this transaction's: offset readers that passed
 -- the row's old position must see it again.
 WITH moved AS (
   DELETE FROM outbox_messages_dlq WHERE id = ANY($1::bigint[]) RETURNING *
@@ -322,7 +325,7 @@ INSERT INTO outbox_messages (
   occurred_at, available_at, processed_at, attempts, last_error, trace_id)
 OVERRIDING SYSTEM VALUE
 SELECT id, tenant_id, aggregate_type, aggregate_id, event_type, event_version, payload,
-       occurred_at, now(), NULL, 0, last_error, trace_id
+       occurred_at, now(), NULL, 0, NULL, trace_id
 FROM moved
 RETURNING id;
 
