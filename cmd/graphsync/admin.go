@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -72,6 +73,8 @@ func dlqCommand(ctx context.Context, pool *pgxpool.Pool, sub string, ids []int64
 		if len(ids) == 0 {
 			return usageError{"name the outbox ids to " + sub}
 		}
+		// An id named twice is one row: counted twice, it read as not found.
+		ids = slices.Compact(slices.Sorted(slices.Values(ids)))
 		do := relay.DLQRetry
 		if sub == "discard" {
 			do = relay.DLQDiscard

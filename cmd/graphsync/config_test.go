@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"strings"
 	"testing"
 	"time"
 
+	"graphsync/internal/teststack"
 	"graphsync/relay"
 )
 
@@ -185,5 +187,23 @@ func TestCellIsOneBoundedLine(t *testing.T) {
 	}
 	if cell("OrderPlaced", 40) != "OrderPlaced" {
 		t.Error("cell changed a short text")
+	}
+}
+
+// dlq retry of an id named twice retries its one row and succeeds.
+func TestDLQRetryOfAnIDNamedTwice(t *testing.T) {
+	_, pool := teststack.FreshDatabase(t)
+	ctx := context.Background()
+	id := int64(4242)
+	if _, err := pool.Exec(ctx, `INSERT INTO outbox_messages_dlq (id, tenant_id, aggregate_type, aggregate_id, event_type, payload)
+		VALUES ($1, 1, 'Order', 1, 'OrderPlaced', '{}')`, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := dlqCommand(ctx, pool, "retry", []int64{id, id}, 0, 10); err != nil {
+		t.Errorf("dlq retry %d %d: %v", id, id, err)
+	}
+	var pending int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_messages WHERE id = $1 AND processed_at IS NULL`, id).Scan(&pending); err != nil || pending != 1 {
+		t.Errorf("row %d pending %d times after the retry (%v), want once", id, pending, err)
 	}
 }
