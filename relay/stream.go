@@ -74,6 +74,13 @@ func EnsureStream(ctx context.Context, pool *pgxpool.Pool, slot, publication str
 	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, publication).Scan(&exists); err != nil {
 		return fmt.Errorf("look up publication %s: %w", publication, err)
 	}
+	// published is where the WAL stood once this call created the
+	// publication: a slot that would decode from before it meets changes
+	// its publication did not exist for, and pgoutput fails on the first of
+	// them on every connection ("publication does not exist"), so that the
+	// slot never moves and holds WAL back. Such a slot is made again (the
+	// table is the truth: ADR 0004).
+	var published *string
 	if !exists {
 		// Identifiers cannot be parameters; the name is validated and quoted.
 		_, err := pool.Exec(ctx, "CREATE PUBLICATION "+pgx.Identifier{publication}.Sanitize()+
@@ -81,17 +88,44 @@ func EnsureStream(ctx context.Context, pool *pgxpool.Pool, slot, publication str
 		if err != nil && !isDuplicate(err) {
 			return fmt.Errorf("create publication %s: %w", publication, err)
 		}
-	}
-	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, slot).Scan(&exists); err != nil {
-		return fmt.Errorf("look up replication slot %s: %w", slot, err)
-	}
-	if !exists {
-		_, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
-		if err != nil && !isDuplicate(err) {
-			return fmt.Errorf("create replication slot %s: %w", slot, err)
+		if err == nil {
+			published = new(string)
+			if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(published); err != nil {
+				return fmt.Errorf("read the WAL position: %w", err)
+			}
 		}
 	}
+	var usable, active, before bool
+	var kind string
+	err := pool.QueryRow(ctx, `SELECT coalesce(slot_type = 'logical' AND plugin = 'pgoutput' AND database = current_database(), false),
+		slot_type || coalesce(' slot of plugin ' || plugin, '') || coalesce(' in database ' || database, ''), active,
+		$2::text IS NOT NULL AND coalesce(confirmed_flush_lsn, '0/0'::pg_lsn) < $2::text::pg_lsn
+		FROM pg_replication_slots WHERE slot_name = $1`, slot, published).Scan(&usable, &kind, &active, &before)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("look up replication slot %s: %w", slot, err)
+	case !usable:
+		return fmt.Errorf("replication slot %s exists but is a %s, not this database's pgoutput slot: give this sync another --slot", slot, kind)
+	case before && active:
+		return fmt.Errorf("replication slot %s is older than publication %s, which was just made again, and is in use: stop the sync that streams from it, then start again", slot, publication)
+	case before:
+		if _, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, slot); err != nil && !isUndefinedObject(err) {
+			return fmt.Errorf("drop replication slot %s, older than its publication: %w", slot, err)
+		}
+	default:
+		return nil
+	}
+	_, err = pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+	if err != nil && !isDuplicate(err) {
+		return fmt.Errorf("create replication slot %s: %w", slot, err)
+	}
 	return nil
+}
+
+func isUndefinedObject(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42704"
 }
 
 func checkWALLevel(ctx context.Context, pool *pgxpool.Pool) error {

@@ -387,3 +387,40 @@ func TestStreamClaimKeepsIDOrderWithinAnAggregate(t *testing.T) {
 			named, got, want, aLow, aHigh)
 	}
 }
+
+// EnsureStream refuses a slot of the stream's name that this database
+// cannot stream from (physical, another plugin), naming what it is; and a
+// slot older than a publication made again (dropped by hand, or by a
+// `stream drop` racing a start) is made again too: pgoutput would fail on
+// the first change before the publication, on every connection, and the
+// slot would never move.
+func TestEnsureStreamMendsOrRefusesTheSlot(t *testing.T) {
+	h := newHarness(t, WakeStream)
+	ctx := context.Background()
+	for create, want := range map[string]string{
+		`SELECT pg_create_physical_replication_slot($1)`:                  "physical",
+		`SELECT pg_create_logical_replication_slot($1, 'test_decoding')`: "test_decoding",
+	} {
+		h.exec(`SELECT pg_drop_replication_slot($1)`, h.slot)
+		h.exec(create, h.slot)
+		if err := EnsureStream(ctx, h.pool, h.slot, h.slot); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("a %s slot of the stream's name: %v", want, err)
+		}
+	}
+	h.exec(`SELECT pg_drop_replication_slot($1)`, h.slot)
+	if err := EnsureStream(ctx, h.pool, h.slot, h.slot); err != nil {
+		t.Fatal(err)
+	}
+	h.exec(`DROP PUBLICATION ` + h.slot)
+	h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`}) // a change the publication did not exist for
+	if err := EnsureStream(ctx, h.pool, h.slot, h.slot); err != nil {
+		t.Fatal(err)
+	}
+	sink := newRecordingSink()
+	h.start(sink, streamOnlyConfig(h, "relay-mended-slot"))
+	id := h.insertCommitted(event{2, "Order", 2, "OrderPlaced", `{}`})
+	afterCommit := h.currentLSN()
+	eventually(t, 15*time.Second, "the stream delivered a new row and confirmed past it", func() bool {
+		return sink.appliedIDs()[id] > 0 && h.lsnAtLeast(afterCommit)
+	})
+}
