@@ -89,9 +89,9 @@ func secrets(s string) []span {
 
 // userinfoPassword reads the password of scheme://user:password@host, where
 // s[at:] starts with "://". A host holds no '@', so the userinfo ends at the
-// last '@' before the path that a host-like text follows: a password may hold
-// an unescaped '@', a space, '?' or '#' (drivers echo such URLs when they
-// refuse them). A '/' ends the search: it starts the path, or the next URL.
+// last '@' that a host-like text follows, before the line or the next URL
+// ends: a password may hold an unescaped '@', '/', a space, '?' or '#'
+// (base64 secrets hold '/'; drivers echo such URLs when they refuse them).
 func userinfoPassword(s string, at int) (span, bool) {
 	if !isScheme(s[:at]) {
 		return span{}, false
@@ -105,8 +105,11 @@ func userinfoPassword(s string, at int) (span, bool) {
 	}
 	from := i + 1
 	end := len(s)
-	if stop := strings.IndexAny(s[from:], "/\n\r\t`"); stop >= 0 {
+	if stop := strings.IndexAny(s[from:], "\n\r\t`"); stop >= 0 {
 		end = from + stop
+	}
+	if next := strings.Index(s[from:end], "://"); next >= 0 {
+		end = from + next // the next URL's own userinfo is its own
 	}
 	for j := end - 1; j >= from; j-- {
 		if s[j] == '@' && hostFollows(s[j+1:]) {
