@@ -9,9 +9,10 @@ import "regexp"
 var (
 	// Letters and digits of any script: an address may be internationalised.
 	emailLike = regexp.MustCompile(`[\p{L}\p{N}._%+\-]+@[\p{L}\p{N}\-]+(\.[\p{L}\p{N}\-]+)*\.\p{L}{2,}`)
-	// International (+...), a bracketed area code, or 3-3/4-4 groups. Bare
-	// digit runs stay: in a catalogue they are more often part numbers.
-	phoneLike = regexp.MustCompile(`\+\d{1,3}[\s.\-]?\(?\d{1,4}\)?([\s.\-]?\d{2,4}){2,4}|\(\d{2,5}\)[\s.\-]?\d{3,4}[\s.\-]?\d{3,4}\b|\b\d{3}[\s.\-]\d{3,4}[\s.\-]\d{4}\b`)
+	// International (+...), a bracketed area code (three digits, or a
+	// trunk 0: "(2024)" is a year), or 3-3/4-4 groups. Bare digit runs
+	// stay: in a catalogue they are more often part numbers.
+	phoneLike = regexp.MustCompile(`\+\d{1,3}[\s.\-]?\(?\d{1,4}\)?([\s.\-]?\d{2,4}){2,4}|\((0\d{1,4}|\d{3})\)[\s.\-]?\d{3,4}[\s.\-]?\d{3,4}\b|\b\d{3}[\s.\-]\d{3,4}[\s.\-]\d{4}\b`)
 )
 
 // PersonalData names the personal data text holds ("an e-mail address", "a

@@ -15,6 +15,7 @@ func TestPersonalData(t *testing.T) {
 		"Berlin (030) 1234 5678":                       "a phone number",
 		"schreib an jörg@exämple.de":                   "an e-mail address",
 		"part no. 5551234567, 2 pack":                  "",
+		"model (2024) 1500-2000 rpm":                   "",
 		"A mug, 350 ml, SKU-1":                         "",
 		"placed 2026-05-01T12:00:00Z, total 19.99 EUR": "",
 		"order 1000042 of customer 500017":             "",
