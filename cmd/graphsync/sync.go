@@ -98,9 +98,8 @@ func (f *syncFlags) validate() error {
 	if !(f.driftSample > 0 && f.driftSample <= 1) { // NaN too
 		return usageError{fmt.Sprintf("--drift-sample must be in (0, 1], got %g", f.driftSample)}
 	}
-	if f.projector.Limits.MaxPayloadBytes < 0 || f.projector.Limits.MaxOrderLines < 0 {
-		return usageError{fmt.Sprintf("--max-payload-bytes and --max-order-lines must not be negative, got %d and %d",
-			f.projector.Limits.MaxPayloadBytes, f.projector.Limits.MaxOrderLines)}
+	if err := f.projector.Limits.Validate(); err != nil {
+		return usageError{"--max-payload-bytes, --max-order-lines: " + err.Error()}
 	}
 	if f.projector.TxTimeout < 0 {
 		return usageError{fmt.Sprintf("--neo4j-tx-timeout must not be negative, got %s", f.projector.TxTimeout)}
