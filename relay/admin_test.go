@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -450,5 +451,33 @@ func TestCaughtUpPassesOverLongWaits(t *testing.T) {
 	h.insertCommitted(event{1, "Order", 2, "OrderPlaced", `{}`})
 	if !flowing(time.Minute) {
 		t.Error("another aggregate's pending row does not count as flowing")
+	}
+}
+
+// Archive partitions are months in UTC, as retention's cutoff is, whatever
+// TimeZone the session runs in: a bound written as a bare date was read in
+// New York time and kept rows five hours off the months being dropped.
+func TestArchivePartitionsAreUTCMonths(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	ctx := context.Background()
+	var db string
+	if err := h.pool.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	h.exec(`ALTER DATABASE ` + pgx.Identifier{db}.Sanitize() + ` SET timezone = 'America/New_York'`)
+	h.pool.Reset() // new sessions take the database's TimeZone
+	created, err := ArchivePartitionsEnsure(ctx, h.pool, time.Date(2031, 3, 15, 12, 0, 0, 0, time.UTC), 0, 24*time.Hour)
+	if err != nil || len(created) != 1 {
+		t.Fatalf("partitions created %v, %v; want one", created, err)
+	}
+	var from, to time.Time
+	if err := h.pool.QueryRow(ctx, `SELECT
+		(regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''([^'']+)''\)'))[1]::timestamptz,
+		(regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']+)''\)'))[1]::timestamptz
+		FROM pg_class c WHERE c.relname = $1`, created[0]).Scan(&from, &to); err != nil {
+		t.Fatal(err)
+	}
+	if !from.Equal(time.Date(2031, 3, 1, 0, 0, 0, 0, time.UTC)) || !to.Equal(time.Date(2031, 4, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("partition %s holds %s to %s, want the UTC month", created[0], from.UTC(), to.UTC())
 	}
 }

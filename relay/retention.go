@@ -155,9 +155,11 @@ func ArchivePartitionsEnsure(ctx context.Context, pool *pgxpool.Pool, now time.T
 		if existing[name] {
 			continue
 		}
-		// Partition bounds cannot be parameters; they are dates we formatted.
+		// Partition bounds cannot be parameters; they are instants we
+		// formatted, in UTC as the months and the drop cutoff are (a bare
+		// date would be read in the session's TimeZone).
 		ddl := fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s PARTITION OF outbox_messages_archive FOR VALUES FROM ('%s') TO ('%s')",
-			pgx.Identifier{name}.Sanitize(), month.Format("2006-01-02"), month.AddDate(0, 1, 0).Format("2006-01-02"))
+			pgx.Identifier{name}.Sanitize(), month.Format("2006-01-02 15:04:05Z07:00"), month.AddDate(0, 1, 0).Format("2006-01-02 15:04:05Z07:00"))
 		// Two processes starting together both find the month missing;
 		// CREATE TABLE IF NOT EXISTS is not safe against that race (the
 		// loser fails on the catalog's unique index), so creations are
