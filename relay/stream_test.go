@@ -398,7 +398,7 @@ func TestEnsureStreamMendsOrRefusesTheSlot(t *testing.T) {
 	h := newHarness(t, WakeStream)
 	ctx := context.Background()
 	for create, want := range map[string]string{
-		`SELECT pg_create_physical_replication_slot($1)`:                  "physical",
+		`SELECT pg_create_physical_replication_slot($1)`:                 "physical",
 		`SELECT pg_create_logical_replication_slot($1, 'test_decoding')`: "test_decoding",
 	} {
 		h.exec(`SELECT pg_drop_replication_slot($1)`, h.slot)
