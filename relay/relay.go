@@ -473,6 +473,11 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 			continue
 		}
 		backoff.reset()
+		for _, b := range batches {
+			if b.progress != nil {
+				b.progress()
+			}
+		}
 		// Rows of the chunk the claim left (past its byte bound, or behind
 		// a row of their aggregate it left) are claimed again first, in
 		// commit order, as long as claims take something: those still left

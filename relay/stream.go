@@ -397,7 +397,7 @@ func (s *streamer) stream(ctx context.Context, conn *pgconn.PgConn) error {
 					continue
 				}
 				session.pushing()
-				if err := push(streamBatch{ids: txIDs, done: func() { session.handled(end) }}); err != nil {
+				if err := push(streamBatch{ids: txIDs, done: func() { session.handled(end) }, progress: session.progressed}); err != nil {
 					session.mu.Lock()
 					session.inflight-- // never handed over
 					session.mu.Unlock()
@@ -431,6 +431,14 @@ func (s *streamSession) handled(end pglogrepl.LSN) {
 	if end > s.confirmed {
 		s.confirmed = end
 	}
+}
+
+// progressed records that a batch in flight moved on (a chunk of a large
+// transaction went through): the stall clock starts again.
+func (s *streamSession) progressed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastProgress = time.Now()
 }
 
 // advanceIdle confirms up to lsn when nothing is in flight.

@@ -336,6 +336,40 @@ func TestStreamKeepsItsConnectionAfterAQuietSpell(t *testing.T) {
 	}
 }
 
+// A pass over one large transaction that takes longer than
+// StreamStallTimeout but keeps moving, chunk by chunk, is no stall: the
+// stream keeps its connection (it used to let go, and the server decoded
+// and sent the whole transaction again).
+func TestStreamKeepsItsConnectionThroughALongPass(t *testing.T) {
+	h := newHarness(t, WakeStream)
+	sink := newRecordingSink()
+	sink.hold = func(ctx context.Context, batch []Message) {
+		select { // a slow Neo4j: each chunk takes a while
+		case <-ctx.Done():
+		case <-time.After(150 * time.Millisecond):
+		}
+	}
+	cfg := streamOnlyConfig(h, "relay-long-pass")
+	cfg.BatchSize, cfg.BacklogBatchSize = 10, 10
+	cfg.StreamStallTimeout = time.Second
+	h.start(sink, cfg)
+	activePID := h.walsenderPID
+	eventually(t, 10*time.Second, "the stream connected", func() bool { return activePID() != 0 })
+	first := activePID()
+	var rows []event
+	for i := range 150 { // 15 chunks of 150 ms: over twice the stall timeout
+		rows = append(rows, event{1 + int64(i%3), "Order", int64(i % 11), "OrderConfirmed", `{}`})
+	}
+	ids := h.insertTogether(rows...)
+	eventually(t, 30*time.Second, "the large transaction delivered", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = ANY($1) AND processed_at IS NOT NULL`, ids) == int64(len(ids))
+	})
+	if pid := activePID(); pid != first {
+		t.Errorf("the stream reconnected during a pass that kept moving (walsender pid %d, then %d)", first, pid)
+	}
+	sink.checkViolations(t)
+}
+
 // TestStreamClaimKeepsIDOrderWithinAnAggregate: two transactions write
 // aggregate A without a lock between them and commit in the opposite order
 // of their ids, beside transactions of other aggregates, and the stream

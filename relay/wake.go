@@ -16,6 +16,9 @@ import (
 type streamBatch struct {
 	ids  []int64
 	done func()
+	// progress says a chunk of the batch went through: a pass over a large
+	// transaction that moves is no stall, however long it takes.
+	progress func()
 }
 
 // waker tells workers when to claim. Every mode broadcasts "look for due rows"
