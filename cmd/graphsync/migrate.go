@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"graphsync/projector"
 	gsql "graphsync/sql"
@@ -36,15 +40,22 @@ func runMigrate(ctx context.Context, args []string) error {
 		defer driverClose()
 	}
 	applied, err := gsql.Migrate(ctx, pool)
+	for _, name := range applied {
+		fmt.Println("postgresql: applied", name)
+	}
 	if err != nil {
+		if len(applied) > 0 {
+			err = fmt.Errorf("%w (applied before it: %s)", err, strings.Join(applied, ", "))
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P07" { // duplicate_table
+			err = fmt.Errorf("%w: the database already has a table these migrations create (an outbox made from the "+
+				"platform's DDL, say); graphsync migrate does not adopt existing tables", err)
+		}
 		return err
 	}
 	if len(applied) == 0 {
 		fmt.Println("postgresql: schema is current, nothing applied")
-	} else {
-		for _, name := range applied {
-			fmt.Println("postgresql: applied", name)
-		}
 	}
 	var walLevel string
 	if err := pool.QueryRow(ctx, `SELECT current_setting('wal_level')`).Scan(&walLevel); err == nil && walLevel != "logical" {
