@@ -208,8 +208,12 @@ func (s *streamer) run(ctx context.Context) error {
 		if established {
 			// A connection that streamed starts the backoff afresh: a
 			// process that lost it twenty times in its life still
-			// reconnects at once, not after the maximum.
-			backoff.reset()
+			// reconnects at once, not after the maximum. Not after a stall:
+			// the sink is still failing, and each new connection has the
+			// server decode the stalled transactions again.
+			if !errors.Is(err, errStreamStalled) {
+				backoff.reset()
+			}
 			lost = time.Now()
 		}
 		wait := backoff.next()

@@ -305,6 +305,40 @@ func TestStreamLetsGoWhenStalled(t *testing.T) {
 	})
 }
 
+// Stalls in a row back off: the sink is still failing, and each new
+// connection has the server decode the stalled transactions again, so the
+// stream does not reconnect at once after every stall.
+func TestStreamBacksOffAfterStallsInARow(t *testing.T) {
+	h := newHarness(t, WakeStream)
+	sink, failing := newFailingSink()
+	cfg := streamOnlyConfig(h, "relay-stalls")
+	cfg.StreamStallTimeout = 300 * time.Millisecond
+	core, logs := observer.New(zap.WarnLevel)
+	_, stop := h.startRelayLogging(sink, cfg, zap.New(core))
+	defer stop()
+	eventually(t, 10*time.Second, "the stream connected", func() bool { return h.walsenderPID() != 0 })
+	id := h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`})
+	stalls := func() []time.Duration {
+		var waits []time.Duration
+		for _, e := range logs.FilterMessageSnippet("replication stream stalled").All() {
+			for _, f := range e.Context {
+				if f.Key == "backoff" {
+					waits = append(waits, time.Duration(f.Integer))
+				}
+			}
+		}
+		return waits
+	}
+	eventually(t, 20*time.Second, "three stalls in a row", func() bool { return len(stalls()) >= 3 })
+	if waits := stalls(); waits[2] <= waits[0] {
+		t.Errorf("backoff after stalls in a row: %v, want it to grow", waits)
+	}
+	failing.Store(false)
+	eventually(t, 15*time.Second, "the row delivered after the stalls", func() bool {
+		return sink.appliedIDs()[id] > 0
+	})
+}
+
 // A healthy stream keeps its replication connection: a transaction that
 // arrives after a quiet spell longer than StreamStallTimeout is delivered
 // on the same connection, not taken for a stall.
