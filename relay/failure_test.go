@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap/zaptest"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -489,10 +491,22 @@ func TestFailedDLQMoveHandsTheRestOfTheBatchBack(t *testing.T) {
 	h.exec(`UPDATE outbox_messages SET attempts = 1, locked_by = 'killed/0',
 		locked_until = now() - interval '1 second' WHERE id = $1`, exhausted)
 	sink := newRecordingSink()
-	h.start(sink, cfg)
+	metrics := NewMetrics()
+	r, err := New(h.pool, sink, cfg, zaptest.NewLogger(t), metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
 	eventually(t, 15*time.Second, "every row delivered but the exhausted one and the one behind it", func() bool {
 		return h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL`) == 2
 	})
+	// The refused move shows in /metrics, not only in the log.
+	if n := testutil.ToFloat64(metrics.passErrors); n < 1 {
+		t.Errorf("outbox_relay_pass_errors_total %v after the DLQ refused a move, want at least 1", n)
+	}
 	applied := sink.appliedIDs()
 	if applied[exhausted] > 0 || applied[behind] > 0 {
 		t.Errorf("delivered the exhausted row (%d times) or the row behind it (%d times)", applied[exhausted], applied[behind])

@@ -26,6 +26,7 @@ type Metrics struct {
 	streamPosition  prometheus.Gauge
 	deferred        prometheus.Counter
 	sinkBrokenGauge prometheus.Gauge
+	passErrors      prometheus.Counter
 }
 
 // NewMetrics builds unregistered collectors; register them with Collectors.
@@ -64,6 +65,9 @@ func NewMetrics() *Metrics {
 		deferred: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outbox_deferred_total", Help: "Valid events handed back uncounted because they wait for another aggregate's events.",
 		}),
+		passErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_relay_pass_errors_total", Help: "Relay passes that failed and backed off: a claim, settle or failure record PostgreSQL refused (a DLQ that refuses rows, say), or a sink that could not take a batch. The log has each error.",
+		}),
 		sinkBrokenGauge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_sink_broken", Help: "1 while the sink reports it cannot apply anything (syntax, parameters, credentials, schema); the relay does not claim then.",
 		}),
@@ -81,7 +85,7 @@ func (m *Metrics) StageCollectors() []prometheus.Collector {
 // from PostgreSQL at scrape time through pool.
 func (m *Metrics) Collectors(pool *pgxpool.Pool) []prometheus.Collector {
 	return []prometheus.Collector{m.processed, m.failures, m.dlqMoved, m.sinkErrors, m.claimDuration,
-		m.settleDuration, m.batchSize, m.slotLagBytes, m.streamPosition, m.deferred, m.sinkBrokenGauge, &statsCollector{pool: pool}}
+		m.settleDuration, m.batchSize, m.slotLagBytes, m.streamPosition, m.deferred, m.sinkBrokenGauge, m.passErrors, &statsCollector{pool: pool}}
 }
 
 var (

@@ -367,6 +367,7 @@ func (r *worker) waitAfter(ctx context.Context, err error, backoff *backoff) {
 	if errors.Is(err, errSuspectBatch) {
 		return // the batch was released to be retried smaller, at once
 	}
+	r.metrics.passErrors.Inc()
 	wait := backoff.next()
 	if errors.Is(err, ErrSinkBroken) {
 		wait = r.cfg.SinkBackoffMax
