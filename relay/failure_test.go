@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"go.uber.org/zap/zaptest"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -491,20 +490,12 @@ func TestFailedDLQMoveHandsTheRestOfTheBatchBack(t *testing.T) {
 	h.exec(`UPDATE outbox_messages SET attempts = 1, locked_by = 'killed/0',
 		locked_until = now() - interval '1 second' WHERE id = $1`, exhausted)
 	sink := newRecordingSink()
-	metrics := NewMetrics()
-	r, err := New(h.pool, sink, cfg, zaptest.NewLogger(t), metrics)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	r, _ := h.startRelay(sink, cfg)
 	eventually(t, 15*time.Second, "every row delivered but the exhausted one and the one behind it", func() bool {
 		return h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL`) == 2
 	})
 	// The refused move shows in /metrics, not only in the log.
-	if n := testutil.ToFloat64(metrics.passErrors); n < 1 {
+	if n := testutil.ToFloat64(r.metrics.passErrors); n < 1 {
 		t.Errorf("outbox_relay_pass_errors_total %v after the DLQ refused a move, want at least 1", n)
 	}
 	applied := sink.appliedIDs()
@@ -546,8 +537,7 @@ func TestStopAfterTheClaimStillRecordsUnreadableRows(t *testing.T) {
 		event{2, "Order", 3, "OrderPlaced", `{}`},
 	)
 	behind, healthy := ids[0], ids[1]
-	w := &worker{Relay: r, store: &store{pool: h.pool, relayID: cfg.ID + "/0", cfg: r.cfg, stats: r.stats},
-		limit: r.cfg.BatchSize, rewake: make(chan struct{}, 1)}
+	w := r.newWorker(0)
 	c, err := w.store.OutboxClaim(ctx, r.cfg.BatchSize)
 	if err != nil {
 		t.Fatal(err)

@@ -65,6 +65,12 @@ func New(pool *pgxpool.Pool, sink Sink, cfg Config, log *zap.Logger, metrics *Me
 	}, nil
 }
 
+// newWorker is the relay's worker i, with its own claim identity.
+func (r *Relay) newWorker(i int) *worker {
+	return &worker{Relay: r, store: &store{pool: r.pool, relayID: fmt.Sprintf("%s/%d", r.cfg.ID, i), cfg: r.cfg, stats: r.stats},
+		limit: r.cfg.BatchSize, rewake: make(chan struct{}, 1)}
+}
+
 // Config returns the relay's configuration with defaults filled in.
 func (r *Relay) Config() Config { return r.cfg }
 
@@ -85,8 +91,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			// One worker takes the stream, so its rows go out in commit order.
 			stream = waker.stream
 		}
-		w := &worker{Relay: r, store: &store{pool: r.pool, relayID: fmt.Sprintf("%s/%d", r.cfg.ID, i), cfg: r.cfg, stats: r.stats},
-			limit: r.cfg.BatchSize, rewake: make(chan struct{}, 1)}
+		w := r.newWorker(i)
 		workers.Go(func(context.Context) error { return w.work(ctx, wake, stream) })
 	}
 	err = workers.Wait()
