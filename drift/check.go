@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"graphsync/graphmodel"
+	"graphsync/internal/redact"
 	"graphsync/projector"
 	"graphsync/relay"
 	gsql "graphsync/sql"
@@ -62,7 +63,9 @@ type run struct {
 	findings []Finding
 }
 
-// Run checks once. With repair, it then fixes what it found and can fix.
+// Run checks once. With repair, it then fixes what it found and can fix. A
+// repair that stops part way returns the report beside the error: Repaired
+// lists what was applied, RepairStopped why nothing after it was.
 func (c *Checker) Run(ctx context.Context, repair bool) (*Report, error) {
 	start := time.Now()
 	r := &run{c: c, model: *c.cfg.Model, report: newReport(c.cfg)}
@@ -109,6 +112,7 @@ func (c *Checker) Run(ctx context.Context, repair bool) (*Report, error) {
 		changes, err := r.repair(ctx)
 		r.report.Repaired = changes
 		if err != nil {
+			r.report.RepairStopped = redact.Text(err.Error())
 			return r.report, err
 		}
 	}

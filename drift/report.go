@@ -33,6 +33,9 @@ type Report struct {
 	SuspectsCapped int `json:"suspects_capped,omitempty"`
 	// Repaired lists what --repair changed.
 	Repaired []string `json:"repaired,omitempty"`
+	// RepairStopped says why --repair stopped before its last statement:
+	// what Repaired lists was applied, nothing after it.
+	RepairStopped string `json:"repair_stopped,omitempty"`
 
 	maxExamples int
 	byTenant    map[int64]*TenantSummary
@@ -251,10 +254,13 @@ func (r *Report) WriteMarkdown(w io.Writer, threshold int) error {
 			fmt.Fprintf(&b, "| %s | %s | %s | %d |\n", f.Kind, show(f.Name), tenant, f.Count)
 		}
 	}
-	if len(r.Repaired) > 0 {
+	if len(r.Repaired) > 0 || r.RepairStopped != "" {
 		fmt.Fprintf(&b, "\n## Repaired\n\n")
 		for _, line := range r.Repaired {
 			fmt.Fprintf(&b, "- %s\n", line)
+		}
+		if r.RepairStopped != "" {
+			fmt.Fprintf(&b, "- **stopped here**, nothing after this line was applied: %s. Run graphsync drift again to see what is left.\n", strings.Join(strings.Fields(r.RepairStopped), " "))
 		}
 	}
 	_, err := io.WriteString(w, b.String())

@@ -17,7 +17,8 @@ import (
 )
 
 // runDrift is `graphsync drift`: exit 0 when drift <= --threshold, 1 when
-// more, 2 when the comparison could not run (one line says why).
+// more, 2 when the comparison could not run or a --repair stopped part way
+// (one line says why; the report of a repair stopped part way is written).
 func runDrift(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("drift", flag.ContinueOnError)
 	var conn connFlags
@@ -69,7 +70,7 @@ func runDrift(ctx context.Context, args []string) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	report, err := checkDrift(ctx, conn, drift.Config{TenantID: *tenant, Sample: *sampleShare, RecheckAfter: *recheck}, *repair)
-	if err != nil {
+	if err != nil && report == nil {
 		if ctx.Err() != nil {
 			if *repair {
 				return exitError{2, "stopped: --repair may have applied part of its repairs and no report was written; run graphsync drift again to see what is left"}
@@ -78,6 +79,9 @@ func runDrift(ctx context.Context, args []string) error {
 		}
 		return exitError{2, oneLine(err.Error())}
 	}
+	// From here err is a repair that stopped part way: the report, written
+	// all the same, lists what it applied.
+	repairErr := err
 	var w io.Writer = os.Stdout
 	if file != nil {
 		if w, err = file.writer(); err != nil {
@@ -94,6 +98,12 @@ func runDrift(ctx context.Context, args []string) error {
 	}
 	if err != nil {
 		return exitError{2, fmt.Sprintf("write the report: %v", err)}
+	}
+	if repairErr != nil {
+		if ctx.Err() != nil {
+			return exitError{2, "stopped: --repair applied part of its repairs, which the report lists; run graphsync drift again to see what is left"}
+		}
+		return exitError{2, "--repair stopped part way (the report lists what it applied): " + oneLine(repairErr.Error())}
 	}
 	if report.DriftTotal > *threshold {
 		return exitError{1, fmt.Sprintf("drift %d is above the threshold of %d", report.DriftTotal, *threshold)}
@@ -120,9 +130,10 @@ func checkDrift(ctx context.Context, conn connFlags, cfg drift.Config, repair bo
 	if err != nil {
 		return nil, err
 	}
+	// A repair that stopped part way returns its report too.
 	report, err := checker.Run(ctx, repair)
 	if err != nil {
-		return nil, fmt.Errorf("%s", redact.Text(err.Error()))
+		return report, fmt.Errorf("%s", redact.Text(err.Error()))
 	}
 	return report, nil
 }

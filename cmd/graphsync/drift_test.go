@@ -290,3 +290,84 @@ func TestDriftStopsOnSignal(t *testing.T) {
 		}
 	}
 }
+
+// A --repair stopped part way still writes its report: what it applied
+// before the stop, then the statement it stopped at. The repair deletes the
+// orphan Order, then waits for the orphan Product, which another
+// transaction holds locked, and is stopped there.
+func TestDriftRepairStoppedPartWayWritesItsReport(t *testing.T) {
+	ctx := context.Background()
+	pgURL, _, tenant, orphanProducts := plantOrphan(t)
+	driver := teststack.Neo4j(t)
+	if _, err := neo4j.ExecuteQuery(ctx, driver, `CREATE (:Order {tenant_id: $t, id: $t})`,
+		map[string]any{"t": tenant}, neo4j.EagerResultTransformer); err != nil {
+		t.Fatal(err)
+	}
+	orphanOrders := func() int64 {
+		t.Helper()
+		res, err := neo4j.ExecuteQuery(ctx, driver, `MATCH (o:Order {tenant_id: $t}) RETURN count(o) AS n`,
+			map[string]any{"t": tenant}, neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := res.Records[0].Get("n")
+		return n.(int64)
+	}
+	session := driver.NewSession(ctx, neo4j.SessionConfig{})
+	defer session.Close(ctx)
+	lock, err := session.BeginTransaction(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close(ctx)
+	res, err := lock.Run(ctx, `MATCH (p:Product {tenant_id: $t, id: $t}) SET p.locked = true`, map[string]any{"t": tenant})
+	if err == nil {
+		_, err = res.Consume(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	out := filepath.Join(t.TempDir(), "report.md")
+	child := startMain(t, []string{"drift", "--tenant", itoa(tenant), "--repair", "--out", out, "--recheck-after", "0s",
+		"--log-level", "error", "--pg-url", pgURL, "--neo4j-uri", teststack.Neo4jURI(t)})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		res, err := neo4j.ExecuteQuery(ctx, driver, `SHOW TRANSACTIONS YIELD status, currentQuery
+WHERE status STARTS WITH 'Blocked' AND currentQuery CONTAINS 'MATCH (n:Product' RETURN count(*) AS n`, nil, neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := res.Records[0].Get("n"); n.(int64) > 0 {
+			break
+		}
+		if child.ProcessState != nil || time.Now().After(deadline) {
+			t.Fatalf("the repair did not wait for the locked Product within 60s:\n%s", child.Stderr.(*bytes.Buffer).String())
+		}
+		<-time.After(20 * time.Millisecond)
+	}
+	if err := child.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err = child.Wait()
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stderr := child.Stderr.(*bytes.Buffer).String()
+	if code := child.ProcessState.ExitCode(); code != 2 || !strings.Contains(stderr, "applied part of its repairs, which the report lists") {
+		t.Errorf("stopped during the repair: exit %d (%v), want 2 saying the report lists what was applied:\n%s", code, err, stderr)
+	}
+	report, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("no report written: %v", err)
+	}
+	text := string(report)
+	applied := strings.Index(text, "- deleted orphan Order nodes: 1")
+	stopped := strings.Index(text, "- **stopped here**")
+	if applied < 0 || stopped < applied || !strings.Contains(text[stopped:], "deleted orphan Product nodes") {
+		t.Errorf("the report does not list the applied delete, then the stop at the Product delete:\n%s", text)
+	}
+	if o, p := orphanOrders(), orphanProducts(); o != 0 || p != 1 {
+		t.Errorf("after the stop: %d orphan Orders, %d orphan Products; want 0 (deleted before the stop) and 1 (never deleted)", o, p)
+	}
+}
