@@ -184,6 +184,22 @@ func (c *connFlags) withPostgres(ctx context.Context, fn func(*pgxpool.Pool) err
 	return fn(pool)
 }
 
+// withServers runs fn with a pool of maxConns connections to PostgreSQL and
+// a Neo4j driver that reached its server, and closes both after it.
+func (c *connFlags) withServers(ctx context.Context, maxConns int32, fn func(*pgxpool.Pool, neo4j.DriverWithContext) error) error {
+	pool, err := c.openPostgres(ctx, maxConns)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	driver, err := c.openNeo4j(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer driver.Close(context.WithoutCancel(ctx))
+	return fn(pool, driver)
+}
+
 // openNeo4j builds a driver. With verify, an unreachable server is an error;
 // bad credentials are always one.
 func (c *connFlags) openNeo4j(ctx context.Context, verify bool) (neo4j.DriverWithContext, error) {

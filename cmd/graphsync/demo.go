@@ -127,17 +127,9 @@ func runSummary(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	pool, err := conn.openPostgres(ctx, 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	driver, err := conn.openNeo4j(ctx, true)
-	if err != nil {
-		return err
-	}
-	defer driver.Close(ctx)
-	return printSummary(ctx, os.Stdout, pool, driver, nil)
+	return conn.withServers(ctx, 2, func(pool *pgxpool.Pool, driver neo4j.DriverWithContext) error {
+		return printSummary(ctx, os.Stdout, pool, driver, nil)
+	})
 }
 
 // tenantSummary is one tenant's line of the summary.

@@ -12,6 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+
 	"graphsync/drift"
 	"graphsync/internal/redact"
 )
@@ -111,31 +114,24 @@ func runDrift(ctx context.Context, args []string) error {
 	return nil
 }
 
-func checkDrift(ctx context.Context, conn connFlags, cfg drift.Config, repair bool) (*drift.Report, error) {
-	pool, err := conn.openPostgres(ctx, 4)
-	if err != nil {
-		return nil, err
-	}
-	defer pool.Close()
-	driver, err := conn.openNeo4j(ctx, true)
-	if err != nil {
-		return nil, err
-	}
-	defer driver.Close(context.WithoutCancel(ctx))
+func checkDrift(ctx context.Context, conn connFlags, cfg drift.Config, repair bool) (report *drift.Report, err error) {
 	log, err := conn.logger()
 	if err != nil {
 		return nil, err
 	}
-	checker, err := drift.New(pool, driver, cfg, log.Named("drift"))
-	if err != nil {
-		return nil, err
-	}
-	// A repair that stopped part way returns its report too.
-	report, err := checker.Run(ctx, repair)
-	if err != nil {
-		return report, fmt.Errorf("%s", redact.Text(err.Error()))
-	}
-	return report, nil
+	err = conn.withServers(ctx, 4, func(pool *pgxpool.Pool, driver neo4j.DriverWithContext) error {
+		checker, err := drift.New(pool, driver, cfg, log.Named("drift"))
+		if err != nil {
+			return err
+		}
+		// A repair that stopped part way returns its report too.
+		report, err = checker.Run(ctx, repair)
+		if err != nil {
+			return fmt.Errorf("%s", redact.Text(err.Error()))
+		}
+		return nil
+	})
+	return report, err
 }
 
 // reportFile is --out: opened before the check, filled after it.

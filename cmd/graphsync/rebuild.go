@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 	"github.com/schollz/progressbar/v3"
 	"go.uber.org/zap"
 	"golang.org/x/term"
@@ -83,38 +85,30 @@ func runRebuild(ctx context.Context, args []string) error {
 	return nil
 }
 
-func rebuildScope(ctx context.Context, conn connFlags, cfg rebuild.Config, bar bool) (*rebuild.Result, error) {
-	pool, err := conn.openPostgres(ctx, 6)
-	if err != nil {
-		return nil, err
-	}
-	defer pool.Close()
-	driver, err := conn.openNeo4j(ctx, true)
-	if err != nil {
-		return nil, err
-	}
-	defer driver.Close(context.WithoutCancel(ctx))
+func rebuildScope(ctx context.Context, conn connFlags, cfg rebuild.Config, bar bool) (res *rebuild.Result, err error) {
 	log, err := conn.logger()
 	if err != nil {
 		return nil, err
 	}
-	sink, err := projector.New(driver, projector.Config{}, log.Named("projector"))
-	if err != nil {
-		return nil, err
-	}
-	cfg.Sink = sink
-	p := newRebuildProgress(bar, log.Named("rebuild"))
-	defer p.finish()
-	cfg.Progress = p.update
-	b, err := rebuild.New(pool, driver, cfg, log.Named("rebuild"))
-	if err != nil {
-		return nil, err
-	}
-	res, err := b.Run(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%s", redact.Text(err.Error()))
-	}
-	return res, nil
+	err = conn.withServers(ctx, 6, func(pool *pgxpool.Pool, driver neo4j.DriverWithContext) error {
+		sink, err := projector.New(driver, projector.Config{}, log.Named("projector"))
+		if err != nil {
+			return err
+		}
+		cfg.Sink = sink
+		p := newRebuildProgress(bar, log.Named("rebuild"))
+		defer p.finish()
+		cfg.Progress = p.update
+		b, err := rebuild.New(pool, driver, cfg, log.Named("rebuild"))
+		if err != nil {
+			return err
+		}
+		if res, err = b.Run(ctx); err != nil {
+			return fmt.Errorf("%s", redact.Text(err.Error()))
+		}
+		return nil
+	})
+	return res, err
 }
 
 // rebuildProgress shows where a rebuild stands: a progress bar
