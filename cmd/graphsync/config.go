@@ -67,12 +67,18 @@ func parseQuietly(fs *flag.FlagSet, args []string) error {
 
 // parseFlagsAndWords is parseFlags for a command whose positional words may
 // stand between its flags (`context --tenant 1 wireless speaker --format
-// json`): it returns the words in order.
+// json`): it returns the words in order. After "--" every argument is a
+// word, "--tenant=2" too: a caller that puts a user's text there cannot
+// have it read as a flag.
 func parseFlagsAndWords(fs *flag.FlagSet, args []string) ([]string, error) {
 	var words []string
 	for {
 		if err := parseQuietly(fs, args); err != nil {
 			return nil, err
+		}
+		if consumed := len(args) - fs.NArg(); consumed > 0 && args[consumed-1] == "--" {
+			words = append(words, fs.Args()...)
+			break
 		}
 		if fs.NArg() == 0 {
 			break

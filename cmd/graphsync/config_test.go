@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -205,5 +206,28 @@ func TestDLQRetryOfAnIDNamedTwice(t *testing.T) {
 	var pending int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_messages WHERE id = $1 AND processed_at IS NULL`, id).Scan(&pending); err != nil || pending != 1 {
 		t.Errorf("row %d pending %d times after the retry (%v), want once", id, pending, err)
+	}
+}
+
+// Words and flags may be mixed, but after "--" every argument is a word:
+// a question cannot switch the tenant or the server.
+func TestWordsAfterDoubleDashAreNeverFlags(t *testing.T) {
+	for _, c := range []struct {
+		args   []string
+		tenant int64
+		words  []string
+	}{
+		{[]string{"--tenant", "1", "wireless", "--format", "json", "speaker"}, 1, []string{"wireless", "speaker"}},
+		{[]string{"--tenant", "1", "--", "kettle", "--tenant=2", "-tenant", "3"}, 1, []string{"kettle", "--tenant=2", "-tenant", "3"}},
+		{[]string{"--tenant", "1", "kettle", "--", "--neo4j-uri=bolt://elsewhere:7687", "--"}, 1, []string{"kettle", "--neo4j-uri=bolt://elsewhere:7687", "--"}},
+	} {
+		fs := flag.NewFlagSet("context", flag.ContinueOnError)
+		tenant := fs.Int64("tenant", 0, "")
+		fs.String("format", "markdown", "")
+		fs.String("neo4j-uri", "", "")
+		words, err := parseFlagsAndWords(fs, c.args)
+		if err != nil || *tenant != c.tenant || !slices.Equal(words, c.words) {
+			t.Errorf("%q: tenant %d, words %q (%v); want tenant %d, words %q", c.args, *tenant, words, err, c.tenant, c.words)
+		}
 	}
 }
