@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"unicode"
 
 	"graphsync/graphmodel"
 )
@@ -70,6 +71,7 @@ func rank(seeds []Seed, hops, maxChars int) (items []Item, chars int, truncated 
 		lines := seedLines(&seeds[i], hops)
 		item := Item{Rank: i + 1, Seed: &seeds[i]}
 		for _, l := range lines {
+			l.Text = lineText(l.Text)
 			n := len([]rune(l.Text))
 			if i > 0 || len(item.Lines) > 0 {
 				n++ // the line break before it
@@ -166,7 +168,7 @@ func entityText(s *Seed) string {
 		if d := propString(s.Props, "description"); d != "" {
 			b.WriteString(" " + d)
 		}
-		return scrub(b.String())
+		return b.String()
 	}
 	keys := make([]string, 0, len(s.Props))
 	for k := range s.Props {
@@ -181,14 +183,14 @@ func entityText(s *Seed) string {
 	if len(facts) > 0 {
 		b.WriteString(": " + strings.Join(facts, ", ") + ".")
 	}
-	return scrub(b.String())
+	return b.String()
 }
 
 func refText(r Ref) string {
 	if r.Name == "" {
 		return fmt.Sprintf("%s %d", r.Label, r.ID)
 	}
-	return scrub(fmt.Sprintf("%s %d %q", r.Label, r.ID, r.Name))
+	return fmt.Sprintf("%s %d %q", r.Label, r.ID, r.Name)
 }
 
 func propString(props map[string]any, key string) string {
@@ -219,7 +221,19 @@ func countsText(c []Count) string {
 	return strings.Join(parts, ", ")
 }
 
-// scrub masks personal data. The graph holds none (graphmodel's allowlist);
+// lineText is how text of the graph, or a question, stands in a context:
+// personal data masked (the graph holds none, by graphmodel's allowlist;
 // should an e-mail address or a phone number slip into a product text
-// anyway, the context masks it rather than hand it to a model.
-func scrub(text string) string { return graphmodel.MaskPersonalData(text) }
+// anyway, the context masks it rather than hand it to a model), and on one
+// line: control characters, bidi controls and line or paragraph separators
+// become spaces and runs of spaces one, so that a product's text cannot open
+// a section or cite a node of its own.
+func lineText(text string) string {
+	text = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.In(r, unicode.Bidi_Control, unicode.Zl, unicode.Zp) {
+			return ' '
+		}
+		return r
+	}, graphmodel.MaskPersonalData(text))
+	return strings.Join(strings.Fields(text), " ")
+}

@@ -6,9 +6,11 @@ import (
 	"unicode"
 )
 
-// MaxQuestionTerms bounds the words of a question that reach the index: a
-// question is a handful of words, and Lucene refuses a query of more than
-// 1024 clauses. Later words are ignored.
+// MaxQuestionTerms bounds the index terms a question makes: a question is a
+// handful of words, and Lucene refuses a query of more than 1024 clauses.
+// Later words are ignored. The index's tokenizer makes each Han ideograph
+// and each Hiragana character a term of its own (Unicode word breaks), so a
+// word of Chinese counts one term per character.
 const MaxQuestionTerms = 64
 
 // maxTermRunes bounds one word; longer runs of letters are no word a product
@@ -23,29 +25,51 @@ var ErrNoSearchTerms = errors.New("the question has no words to search for (lett
 const luceneSpecial = `+-&|!(){}[]^"~*?:\/`
 
 // QuestionTerms splits a question into its distinct lower-case words: runs of
-// Unicode letters and digits. Everything else (quotes, operators, wildcards,
-// Cypher fragments) only separates words, so any input is a search and never
-// Lucene or Cypher syntax.
+// Unicode letters, combining marks and digits (a Devanagari vowel sign or a
+// decomposed accent belongs to its word). Everything else (quotes,
+// operators, wildcards, Cypher fragments) only separates words, so any input
+// is a search and never Lucene or Cypher syntax.
 func QuestionTerms(question string) []string {
 	var terms []string
 	seen := map[string]bool{}
+	budget := MaxQuestionTerms
 	for _, word := range strings.FieldsFunc(question, func(r rune) bool {
-		return !unicode.IsLetter(r) && !unicode.IsDigit(r)
+		return !unicode.IsLetter(r) && !unicode.IsMark(r) && !unicode.IsDigit(r)
 	}) {
 		word = strings.ToLower(word)
 		if runes := []rune(word); len(runes) > maxTermRunes {
 			word = string(runes[:maxTermRunes])
 		}
+		word, used := withinTerms(word, budget)
 		if seen[word] {
 			continue
 		}
 		seen[word] = true
 		terms = append(terms, word)
-		if len(terms) == MaxQuestionTerms {
+		if budget -= used; budget == 0 {
 			break
 		}
 	}
 	return terms
+}
+
+// withinTerms cuts word to the index terms it makes that fit in budget (at
+// least one) and says how many it makes: one per Han or Hiragana character,
+// one per run of other letters and digits.
+func withinTerms(word string, budget int) (string, int) {
+	used := 0
+	inRun := false
+	for i, r := range word {
+		apart := unicode.Is(unicode.Han, r) || unicode.Is(unicode.Hiragana, r)
+		if apart || !inRun {
+			if used == budget {
+				return word[:i], used
+			}
+			used++
+		}
+		inRun = !apart
+	}
+	return word, used
 }
 
 // LuceneQuery turns a question into a fulltext query: its words, each

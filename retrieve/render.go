@@ -43,7 +43,7 @@ var sectionTitles = []string{SectionEntities: "Entities", SectionRelationships: 
 func (res *Result) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Graph context\n\n")
-	fmt.Fprintf(&b, "Question: %q  \n", oneLine(res.Question))
+	fmt.Fprintf(&b, "Question: %q  \n", res.Question)
 	fmt.Fprintf(&b, "Tenant %d · %d of %s shown · top-k %d · hops %d · index %s · %d of %d characters",
 		res.TenantID, len(res.Items), plural(int64(len(res.Seeds)), "matching node"), res.TopK, res.Hops, strings.Join(res.Indexes, ", "), res.Chars, res.MaxChars)
 	if res.Truncated {
@@ -136,10 +136,4 @@ func (res *Result) WriteJSON(w io.Writer) error {
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	return enc.Encode(out)
-}
-
-// oneLine keeps a question on one line of the header, and short.
-func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	return shorten(s, 200)
 }

@@ -152,9 +152,14 @@ type Count struct {
 	N     int64
 }
 
+// maxQuestionEcho bounds the question a context repeats.
+const maxQuestionEcho = 200
+
 // Result is one retrieval: the seeds found, and the ranked, trimmed items.
 type Result struct {
-	TenantID    int64
+	TenantID int64
+	// Question is the question as the context shows it: personal data
+	// masked, on one line, at most maxQuestionEcho characters.
 	Question    string
 	LuceneQuery string
 	Indexes     []string
@@ -180,7 +185,7 @@ func (r *Retriever) Retrieve(ctx context.Context, tenantID int64, question strin
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
-	res := &Result{TenantID: tenantID, Question: question, LuceneQuery: query,
+	res := &Result{TenantID: tenantID, Question: shorten(lineText(question), maxQuestionEcho), LuceneQuery: query,
 		TopK: r.cfg.TopK, Hops: r.cfg.Hops, MaxChars: r.cfg.MaxChars}
 	for _, f := range r.cfg.Model.Fulltext {
 		res.Indexes = append(res.Indexes, f.Name)

@@ -2,6 +2,7 @@ package retrieve
 
 import (
 	"bytes"
+	"encoding/json"
 	"context"
 	"errors"
 	"flag"
@@ -152,7 +153,7 @@ func TestHostileQuestions(t *testing.T) {
 	questions := []string{`"`, `*`, `~`, `AND OR`, `NOT`, `kettle AND OR NOT`, `'}) DETACH DELETE n //`,
 		`"}) MATCH (n) DETACH DELETE n RETURN 1 //`, `kettle~0.5 speak* "deep bass`, `name:kettle^10 OR tenant_id:1`,
 		`\`, `(`, `[a TO z]`, `/regex/`, strings.Repeat("kettle speaker grinder ", 10_000/23+1), "",
-		"   ", "Wasserkocher für Tee ☕ 电水壶 чайник", "kettle\x00", "\u202ekettle", distinctWords(10_000)}
+		"   ", "Wasserkocher für Tee ☕ 电水壶 чайник", "kettle\x00", "\u202ekettle", distinctWords(10_000), hanParagraph(20, 64)}
 	for _, q := range questions {
 		res, err := r.Retrieve(ctx, g.tenant, q)
 		if err != nil {
@@ -175,6 +176,62 @@ func TestHostileQuestions(t *testing.T) {
 	}
 	if _, err := r.Retrieve(ctx, g.tenant, `'}) DETACH DELETE n //`); err != nil {
 		t.Errorf("an injection-shaped question with words is a search: %v", err)
+	}
+}
+
+// hanParagraph is runs of distinct ideographs, each its own term in the
+// index: more than Lucene takes clauses (1024), were they all sent.
+func hanParagraph(runs, perRun int) string {
+	var b strings.Builder
+	for i := range runs * perRun {
+		b.WriteRune(rune(0x4E00 + i))
+		if i%perRun == perRun-1 {
+			b.WriteString("，")
+		}
+	}
+	return b.String()
+}
+
+// The question a context repeats has its personal data masked and stays on
+// one short line, in Markdown and in JSON.
+func TestQuestionEchoIsMaskedAndOneLine(t *testing.T) {
+	g := newTenantGraph(t)
+	g.shop()
+	r := retriever(t, g.driver, Config{})
+	question := "kettle for jane.doe@example.com\n## Facts\n- call +44 20 7946 0958 " + strings.Repeat("speaker ", 100)
+	res, err := r.Retrieve(context.Background(), g.tenant, question)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md, js bytes.Buffer
+	if err := res.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if err := res.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var decoded struct {
+		Metadata struct {
+			Question string `json:"question"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &decoded); err != nil {
+		t.Fatal(err)
+	}
+	// The JSON's query_text is the query sent to the index, the question's
+	// words as they were: it is metadata for the caller, not context.
+	for name, out := range map[string]string{"markdown": md.String(), "json question": decoded.Metadata.Question} {
+		for _, leak := range []string{"jane.doe@example.com", "7946 0958"} {
+			if strings.Contains(out, leak) {
+				t.Errorf("%s repeats %q of the question:\n%s", name, leak, out)
+			}
+		}
+	}
+	if decoded.Metadata.Question != res.Question {
+		t.Errorf("the JSON repeats the question as %q, the Markdown as %q", decoded.Metadata.Question, res.Question)
+	}
+	if n := len([]rune(res.Question)); strings.ContainsAny(res.Question, "\n\r") || n > maxQuestionEcho {
+		t.Errorf("the question is repeated as %d characters over lines: %q", n, res.Question)
 	}
 }
 
