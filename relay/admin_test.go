@@ -105,6 +105,34 @@ func TestOffsetReaderProcessedOnlyStopsAtPending(t *testing.T) {
 	}
 }
 
+// A row whose occurred_at is infinity (the relay dead-letters it) is no
+// error for a reader: a ProcessedOnly reader stops before it, as before any
+// pending row, and a plain one reads it with a zero OccurredAt.
+func TestOffsetReaderReadsARowAtInfinity(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	ctx := context.Background()
+	before := h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`})
+	var endless int64
+	if err := h.pool.QueryRow(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload, occurred_at)
+		VALUES (1, 'Order', 2, 'OrderPlaced', '{}', 'infinity') RETURNING id`).Scan(&endless); err != nil {
+		t.Fatal(err)
+	}
+	h.exec(`UPDATE outbox_messages SET processed_at = now() WHERE id = $1`, before)
+	eventually(t, 5*time.Second, "horizon past both rows", func() bool {
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE created_xid < pg_snapshot_xmin(pg_current_snapshot())`) == 2
+	})
+	processedOnly := NewOffsetReader(h.pool, "processed-consumer", "p0")
+	processedOnly.ProcessedOnly = true
+	batch, _, err := processedOnly.Read(ctx, Position{XID: "0"}, 10)
+	if err != nil || len(batch) != 1 || batch[0].ID != before {
+		t.Errorf("processed-only reader: %d rows (%v), want row %d alone", len(batch), err, before)
+	}
+	batch, _, err = NewOffsetReader(h.pool, "every-row", "p0").Read(ctx, Position{XID: "0"}, 10)
+	if err != nil || len(batch) != 2 || batch[1].ID != endless || !batch[1].OccurredAt.IsZero() {
+		t.Errorf("plain reader: %d rows (%v), want rows %d and %d, the second without a time", len(batch), err, before, endless)
+	}
+}
+
 func contains(ids []int64, id int64) bool {
 	for _, x := range ids {
 		if x == id {

@@ -73,16 +73,20 @@ func (r *OffsetReader) Read(ctx context.Context, from Position, limit int) ([]Me
 	for rows.Next() {
 		var m Message
 		var trace pgtype.Text
+		// occurred_at may be ±infinity, which time.Time cannot hold (the
+		// relay dead-letters such a row): OccurredAt is then zero.
+		var occurred pgtype.Timestamptz
 		var xid string
 		var processed bool
 		if err := rows.Scan(&m.ID, &m.TenantID, &m.AggregateType, &m.AggregateID, &m.EventType, &m.EventVersion,
-			&m.Payload, &m.OccurredAt, &m.Attempts, &trace, &xid, &processed); err != nil {
+			&m.Payload, &occurred, &m.Attempts, &trace, &xid, &processed); err != nil {
 			return nil, from, fmt.Errorf("read outbox from offset: %w", err)
 		}
 		if r.ProcessedOnly && !processed {
 			break
 		}
 		m.TraceID = trace.String
+		m.OccurredAt = occurred.Time
 		messages = append(messages, m)
 		next = Position{XID: xid, ID: m.ID}
 	}

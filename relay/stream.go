@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -205,6 +206,9 @@ func (s *streamer) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if established && publicationMissing(err) {
+			s.mendSlot(ctx)
+		}
 		if established {
 			// A connection that streamed starts the backoff afresh: a
 			// process that lost it twenty times in its life still
@@ -235,6 +239,34 @@ func (s *streamer) run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// publicationMissing reports pgoutput's answer to a slot that decodes
+// changes from before its publication existed (a publication dropped and
+// made again by hand, or by an EnsureStream that stopped before it looked at
+// the slot): it fails so on every connection, and the slot never moves.
+func publicationMissing(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42704" && strings.Contains(pgErr.Message, "publication")
+}
+
+// mendSlot drops a slot pgoutput cannot decode (publicationMissing), for
+// the next EnsureStream to make it again from the current WAL position: the
+// rows committed in between are in the outbox, where the fallback poll finds
+// them (the table is the truth: ADR 0004). A slot still held by the
+// walsender of the connection just gone is dropped on a later try, when the
+// same error comes again.
+func (s *streamer) mendSlot(ctx context.Context) {
+	_, err := s.r.pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, s.r.cfg.Slot)
+	switch {
+	case err == nil:
+		s.log.Warn("replication slot decoded changes from before its publication existed; it is made again, and the fallback poll delivers the rows of the gap",
+			zap.String("publication", s.r.cfg.Publication))
+	case isObjectInUse(err) || isUndefinedObject(err):
+	default:
+		s.log.Warn("could not drop a replication slot that decodes from before its publication existed",
+			zap.String("error", redactLog(err.Error())))
+	}
 }
 
 // follow runs one replication connection. established reports whether it

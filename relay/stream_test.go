@@ -50,7 +50,7 @@ func (h *harness) confirmedLSN() string {
 func (h *harness) lsnAtLeast(lsn string) bool {
 	h.t.Helper()
 	var ok bool
-	if err := h.pool.QueryRow(context.Background(), `SELECT coalesce(confirmed_flush_lsn >= $2::pg_lsn, false) FROM pg_replication_slots WHERE slot_name = $1`, h.slot, lsn).Scan(&ok); err != nil {
+	if err := h.pool.QueryRow(context.Background(), `SELECT coalesce((SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1), false)`, h.slot, lsn).Scan(&ok); err != nil {
 		h.t.Fatal(err)
 	}
 	return ok
@@ -489,6 +489,31 @@ func TestEnsureStreamMendsOrRefusesTheSlot(t *testing.T) {
 	id := h.insertCommitted(event{2, "Order", 2, "OrderPlaced", `{}`})
 	afterCommit := h.currentLSN()
 	eventually(t, 15*time.Second, "the stream delivered a new row and confirmed past it", func() bool {
+		return sink.appliedIDs()[id] > 0 && h.lsnAtLeast(afterCommit)
+	})
+}
+
+// A publication made again by hand (or by an EnsureStream that stopped
+// before it looked at the slot) leaves the slot decoding changes from
+// before it: pgoutput fails on every connection and the slot never moves.
+// The stream makes the slot again and streams from there.
+func TestStreamMendsASlotOlderThanItsPublication(t *testing.T) {
+	h := newHarness(t, WakeStream)
+	if err := EnsureStream(context.Background(), h.pool, h.slot, h.slot); err != nil {
+		t.Fatal(err)
+	}
+	h.exec(`DROP PUBLICATION ` + h.slot)
+	h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`}) // a change no publication existed for
+	h.exec(`CREATE PUBLICATION ` + h.slot + ` FOR TABLE outbox_messages WITH (publish = 'insert')`)
+	published := h.currentLSN()
+	sink := newRecordingSink()
+	h.start(sink, streamOnlyConfig(h, "relay-stale-slot"))
+	// The stale slot cannot confirm past the publication; a slot made again
+	// confirms the WAL's end while the outbox is quiet.
+	eventually(t, 30*time.Second, "the slot streamed past the publication", func() bool { return h.lsnAtLeast(published) })
+	id := h.insertCommitted(event{2, "Order", 2, "OrderPlaced", `{}`})
+	afterCommit := h.currentLSN()
+	eventually(t, 30*time.Second, "the stream delivered a new row and confirmed past it", func() bool {
 		return sink.appliedIDs()[id] > 0 && h.lsnAtLeast(afterCommit)
 	})
 }
