@@ -2,8 +2,8 @@ package retrieve
 
 import (
 	"bytes"
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
