@@ -386,6 +386,9 @@ func (r *run) deleteInBatches(ctx context.Context, what, text string, params map
 		res, err := neo4j.ExecuteQuery(ctx, r.c.driver, text, params, neo4j.EagerResultTransformer,
 			neo4j.ExecuteQueryWithDatabase(r.c.cfg.Database))
 		if err != nil {
+			if total > 0 { // the batches before this one were applied
+				*changes = append(*changes, fmt.Sprintf("%s: %d, then stopped", what, total))
+			}
 			return fmt.Errorf("repair: %s: %w", what, err)
 		}
 		n, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "applied")

@@ -1,6 +1,9 @@
 package graphmodel
 
-import "regexp"
+import (
+	"regexp"
+	"strings"
+)
 
 // Personal data the graph must not hold. The allowlist keeps personal
 // columns (customers' e-mail, name, phone) out of it; these patterns catch
@@ -11,8 +14,11 @@ var (
 	emailLike = regexp.MustCompile(`[\p{L}\p{N}._%+\-]+@[\p{L}\p{N}\-]+(\.[\p{L}\p{N}\-]+)*\.\p{L}{2,}`)
 	// International (+...), a bracketed area code (three digits, or a
 	// trunk 0: "(2024)" is a year), or 3-3/4-4 groups. Bare digit runs
-	// stay: in a catalogue they are more often part numbers.
-	phoneLike = regexp.MustCompile(`\+\d{1,3}[\s.\-]?\(?\d{1,4}\)?([\s.\-]?\d{2,4}){2,4}|\((0\d{1,4}|\d{3})\)[\s.\-]?\d{3,4}[\s.\-]?\d{3,4}\b|\b\d{3}[\s.\-]\d{3,4}[\s.\-]\d{4}\b`)
+	// stay: in a catalogue they are more often part numbers. Groups may be
+	// apart by any space (a pasted no-break space too), a dot or a dash.
+	phoneLike = regexp.MustCompile(strings.ReplaceAll(
+		`\+\d{1,3}SEP?\(?\d{1,4}\)?(SEP?\d{2,4}){2,4}|\((0\d{1,4}|\d{3})\)SEP?\d{3,4}SEP?\d{3,4}\b|\b\d{3}SEP\d{3,4}SEP\d{4}\b`,
+		"SEP", `[\s\v\p{Z}.\-]`))
 )
 
 // PersonalData names the personal data text holds ("an e-mail address", "a

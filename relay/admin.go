@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	gsql "graphsync/sql"
@@ -40,8 +41,12 @@ func DLQList(ctx context.Context, pool *pgxpool.Pool, tenantID int64, limit int)
 	}
 	letters, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (DeadLetter, error) {
 		var d DeadLetter
+		// occurred_at may be ±infinity, one reason a row is dead-lettered;
+		// time.Time cannot hold it: OccurredAt is then zero.
+		var occurred pgtype.Timestamptz
 		err := row.Scan(&d.ID, &d.TenantID, &d.AggregateType, &d.AggregateID, &d.EventType, &d.EventVersion,
-			&d.Attempts, &d.LastError, &d.TraceID, &d.OccurredAt, &d.DeadLetteredAt)
+			&d.Attempts, &d.LastError, &d.TraceID, &occurred, &d.DeadLetteredAt)
+		d.OccurredAt = occurred.Time
 		return d, err
 	})
 	if err != nil {

@@ -133,6 +133,18 @@ func TestOffsetReaderReadsARowAtInfinity(t *testing.T) {
 	}
 }
 
+// A dead letter whose occurred_at is infinity (why it was dead-lettered)
+// is listed like any other.
+func TestDLQListsARowAtInfinity(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	h.exec(`INSERT INTO outbox_messages_dlq (id, tenant_id, aggregate_type, aggregate_id, event_type, payload, occurred_at, last_error)
+		VALUES (900001, 1, 'Order', 2, 'OrderPlaced', '{}', 'infinity', 'occurred_at is infinity')`)
+	letters, err := DLQList(context.Background(), h.pool, 0, 10)
+	if err != nil || len(letters) != 1 || letters[0].ID != 900001 || !letters[0].OccurredAt.IsZero() {
+		t.Errorf("DLQList: %+v (%v), want row 900001 without a time", letters, err)
+	}
+}
+
 func contains(ids []int64, id int64) bool {
 	for _, x := range ids {
 		if x == id {

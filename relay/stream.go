@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -241,13 +240,14 @@ func (s *streamer) run(ctx context.Context) error {
 	return nil
 }
 
-// publicationMissing reports pgoutput's answer to a slot that decodes
-// changes from before its publication existed (a publication dropped and
+// publicationMissing reports pgoutput's answer (undefined_object, on a
+// connection that already streamed: the slot itself was found) to a slot
+// that decodes changes from before its publication existed (a publication dropped and
 // made again by hand, or by an EnsureStream that stopped before it looked at
 // the slot): it fails so on every connection, and the slot never moves.
 func publicationMissing(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42704" && strings.Contains(pgErr.Message, "publication")
+	return errors.As(err, &pgErr) && pgErr.Code == "42704"
 }
 
 // mendSlot drops a slot pgoutput cannot decode (publicationMissing), for

@@ -227,13 +227,15 @@ func countsText(c []Count) string {
 // anyway, the context masks it rather than hand it to a model), and on one
 // line: control characters, bidi controls and line or paragraph separators
 // become spaces and runs of spaces one, so that a product's text cannot open
-// a section or cite a node of its own.
+// a section or a line of its own: the keys that end each line are the
+// context's, whatever brackets the text holds before them. Spaces are
+// flattened before the mask, which then sees a pasted no-break space as one.
 func lineText(text string) string {
 	text = strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) || unicode.In(r, unicode.Bidi_Control, unicode.Zl, unicode.Zp) {
 			return ' '
 		}
 		return r
-	}, graphmodel.MaskPersonalData(text))
-	return strings.Join(strings.Fields(text), " ")
+	}, text)
+	return graphmodel.MaskPersonalData(strings.Join(strings.Fields(text), " "))
 }

@@ -36,6 +36,9 @@ func QuestionTerms(question string) []string {
 	for _, word := range strings.FieldsFunc(question, func(r rune) bool {
 		return !unicode.IsLetter(r) && !unicode.IsMark(r) && !unicode.IsDigit(r)
 	}) {
+		if strings.IndexFunc(word, func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }) < 0 {
+			continue // marks alone (an emoji's variation selector) are no word
+		}
 		word = strings.ToLower(word)
 		if runes := []rune(word); len(runes) > maxTermRunes {
 			word = string(runes[:maxTermRunes])

@@ -5,16 +5,18 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // A word keeps its combining marks: a Devanagari vowel sign or a
 // decomposed accent does not cut it in two.
 func TestQuestionTermsKeepCombiningMarks(t *testing.T) {
 	for question, want := range map[string][]string{
-		"केतली":              {"केतली"},
-		"Cafe\u0301 crème":   {"cafe\u0301", "crème"},
-		"kettle, (speaker)!": {"kettle", "speaker"},
-		"கெட்டில் kettle":    {"கெட்டில்", "kettle"},
+		"केतली":                      {"केतली"},
+		"Cafe\u0301 crème":           {"cafe\u0301", "crème"},
+		"kettle, (speaker)!":         {"kettle", "speaker"},
+		"கெட்டில் kettle":            {"கெட்டில்", "kettle"},
+		"kettle \u2615\ufe0f \u0301": {"kettle"}, // marks alone are no word
 	} {
 		if got := QuestionTerms(question); !slices.Equal(got, want) {
 			t.Errorf("QuestionTerms(%q) = %q, want %q", question, got, want)
@@ -33,27 +35,35 @@ func TestQuestionTermsStayWithinTheBudget(t *testing.T) {
 			han.WriteString("，")
 		}
 	}
-	var latin strings.Builder
+	var latin, hiragana strings.Builder
 	for i := range 200 {
 		fmt.Fprintf(&latin, "kettle%d ", i)
+		fmt.Fprintf(&hiragana, "やかん%d ", i)
 	}
-	for name, question := range map[string]string{
-		"han":      han.String(),
-		"latin":    latin.String(),
-		"mixed":    strings.Repeat("型号123 ", 5) + han.String(),
-		"hiragana": strings.Repeat("やかんとポット ", 40),
+	for name, c := range map[string]struct {
+		question    string
+		words, made int // how many words, and how many index terms they make
+	}{
+		"han":      {han.String(), 1, 64},            // the first run alone fills the budget
+		"latin":    {latin.String(), 64, 64},         // one term a word
+		"mixed":    {"型号123 " + han.String(), 2, 64}, // 型, 号 and 123, then 61 ideographs
+		"hiragana": {hiragana.String(), 16, 64},      // や, か, ん and the number: four a word
+		"short":    {"型号 kettle 型号", 2, 3},           // a repeated word counts once
 	} {
-		terms := QuestionTerms(question)
-		total := 0
-		for _, term := range terms {
-			_, n := withinTerms(term, MaxQuestionTerms)
-			total += n
+		words := QuestionTerms(c.question)
+		// Ideographs and Hiragana make a term each, every other run one.
+		apart := func(r rune) bool { return unicode.Is(unicode.Han, r) || unicode.Is(unicode.Hiragana, r) }
+		made := 0
+		for _, word := range words {
+			for _, r := range word {
+				if apart(r) {
+					made++
+				}
+			}
+			made += len(strings.FieldsFunc(word, apart))
 		}
-		if total == 0 || total > MaxQuestionTerms {
-			t.Errorf("%s: %d terms making %d index terms, want 1 to %d", name, len(terms), total, MaxQuestionTerms)
+		if len(words) != c.words || made != c.made {
+			t.Errorf("%s: %d words making %d index terms, want %d and %d: %q", name, len(words), made, c.words, c.made, words)
 		}
-	}
-	if _, n := withinTerms("型号123", MaxQuestionTerms); n != 3 {
-		t.Errorf("型号123 makes %d index terms, want 3 (型, 号, 123)", n)
 	}
 }

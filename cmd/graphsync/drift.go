@@ -74,10 +74,9 @@ func runDrift(ctx context.Context, args []string) error {
 	defer stop()
 	report, err := checkDrift(ctx, conn, drift.Config{TenantID: *tenant, Sample: *sampleShare, RecheckAfter: *recheck}, *repair)
 	if err != nil && report == nil {
+		// No report: the comparison did not finish, and a --repair starts
+		// only after it.
 		if ctx.Err() != nil {
-			if *repair {
-				return exitError{2, "stopped: --repair may have applied part of its repairs and no report was written; run graphsync drift again to see what is left"}
-			}
 			return exitError{2, "stopped before the comparison finished: nothing was changed and no report was written"}
 		}
 		return exitError{2, oneLine(err.Error())}
