@@ -141,9 +141,39 @@ func (c *Checker) WriteChunk(ctx context.Context, ch *Chunk) (int64, error) {
 	return applied, nil
 }
 
-// watermarkPatience is how long the watermark waits for the transactions
-// running at a read before it says so in the log (and every minute after).
+// watermarkPatience is how long AwaitTransactionsBefore waits before it
+// says so in the log (and every minute after).
 var watermarkPatience = 10 * time.Second
+
+// AwaitTransactionsBefore returns once every transaction with an id below
+// xid (RebuildXactID's, taken after a read) has ended: a transaction left
+// open holds the caller here, and the log says so after watermarkPatience.
+func (c *Checker) AwaitTransactionsBefore(ctx context.Context, xid string) error {
+	ticker := time.NewTicker(20 * time.Millisecond)
+	defer ticker.Stop()
+	started := time.Now()
+	warnAt := started.Add(watermarkPatience)
+	for {
+		var ended bool
+		if err := c.pool.QueryRow(ctx, gsql.Query("RebuildXactsEnded"), xid).Scan(&ended); err != nil {
+			return fmt.Errorf("wait for the transactions running at the read: %w", err)
+		}
+		if ended {
+			return nil
+		}
+		if time.Now().After(warnAt) {
+			c.log.Warn("waiting for transactions that were running when the rows were read: a transaction left open "+
+				"(idle in transaction, or prepared and never committed) holds the rebuild here; pg_stat_activity and pg_prepared_xacts show it",
+				zap.Duration("waited", time.Since(started).Round(time.Second)))
+			warnAt = time.Now().Add(time.Minute)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ticker.C:
+		}
+	}
+}
 
 // watermark returns the lowest outbox id an event whose business change
 // snapshot does not see can carry: one more than the highest id drawn
@@ -156,29 +186,8 @@ func (c *Checker) watermark(ctx context.Context, snapshot string, lastDrawn int6
 	if err := c.pool.QueryRow(ctx, gsql.Query("RebuildXactID")).Scan(&after); err != nil {
 		return 0, fmt.Errorf("take a transaction id after the read: %w", err)
 	}
-	ticker := time.NewTicker(20 * time.Millisecond)
-	defer ticker.Stop()
-	started := time.Now()
-	warnAt := started.Add(watermarkPatience)
-	for {
-		var ended bool
-		if err := c.pool.QueryRow(ctx, gsql.Query("RebuildXactsEnded"), after).Scan(&ended); err != nil {
-			return 0, fmt.Errorf("wait for the transactions running at the read: %w", err)
-		}
-		if ended {
-			break
-		}
-		if time.Now().After(warnAt) {
-			c.log.Warn("waiting for transactions that were running when the rows were read: a transaction left open "+
-				"(idle in transaction, or prepared and never committed) holds the rebuild here; pg_stat_activity and pg_prepared_xacts show it",
-				zap.Duration("waited", time.Since(started).Round(time.Second)))
-			warnAt = time.Now().Add(time.Minute)
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-ticker.C:
-		}
+	if err := c.AwaitTransactionsBefore(ctx, after); err != nil {
+		return 0, err
 	}
 	var inFlight int64
 	if err := c.pool.QueryRow(ctx, gsql.Query("RebuildLowestInFlight"), snapshot, after, lastDrawn).Scan(&inFlight); err != nil {

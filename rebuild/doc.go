@@ -8,7 +8,9 @@
 //  1. base: the graph state written from one of two sources.
 //     replay re-applies the scope's processed outbox history (archive and
 //     live outbox) through the projector, in (created_xid, id) order below
-//     the oldest running transaction, so no late commit is skipped.
+//     the oldest running transaction, so no late commit is skipped; at the
+//     end it waits for the transactions that began before it (one left
+//     open holds it there, and the log says so), then reads on.
 //     snapshot writes the row projection of the business tables, chunk by
 //     chunk in key order, under guards that never overwrite a newer state
 //     live sync applied meanwhile (drift.Checker.ReprojectChunk). Events

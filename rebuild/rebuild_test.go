@@ -45,7 +45,7 @@ func writeWorkload(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithCont
 
 func rebuildScope(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, cfg Config) *Result {
 	t.Helper()
-	res, err := runScope(t, pool, driver, cfg)
+	res, err := runScope(context.Background(), t, pool, driver, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func rebuildScope(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithConte
 }
 
 // runScope is rebuildScope for a goroutine: it returns its error.
-func runScope(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, cfg Config) (*Result, error) {
+func runScope(ctx context.Context, t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, cfg Config) (*Result, error) {
 	sink, err := projector.New(driver, projector.Config{}, zaptest.NewLogger(t))
 	if err != nil {
 		return nil, err
@@ -66,7 +66,7 @@ func runScope(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, 
 	if err != nil {
 		return nil, err
 	}
-	res, err := b.Run(context.Background())
+	res, err := b.Run(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("rebuild of tenant %d (%s): %w", cfg.TenantID, cfg.Source, err)
 	}
@@ -258,7 +258,7 @@ func TestRebuildUnderLiveLoadConverges(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			under[i], errs[i] = runScope(t, pool, driver, cfg)
+			under[i], errs[i] = runScope(context.Background(), t, pool, driver, cfg)
 		}()
 	}
 	wg.Wait()
@@ -543,6 +543,88 @@ func TestTransactionHeldAcrossTheSnapshotStart(t *testing.T) {
 	requireNoDrift(t, res, "replay")
 	if replayed := dump(t, driver, tenant); withoutTombstones(replayed) != withoutTombstones(after) {
 		t.Errorf("the graph after the snapshot and sync differs from a replay of the history\nafter:\n%s\nreplayed:\n%s", after, replayed)
+	}
+}
+
+// A transaction left open before a replay began (idle in transaction)
+// holds back the horizon the history is read below. Events committed after
+// it, which sync applied before Neo4j lost them, must still be replayed: the
+// replay waits for the transaction, then reads on, and the sweep has
+// nothing left to repair.
+func TestReplayWaitsForATransactionOpenAtItsStart(t *testing.T) {
+	pool, driver := stack(t)
+	ctx := context.Background()
+	startSync(t, pool, driver, "sync-a")
+	tenant := writeWorkload(t, pool, driver, workload.Config{Seed: 29, Tenants: 1, Orders: 60, Writers: 1})[0]
+	waitCaughtUp(t, pool)
+	held := productWithCategory(t, pool, tenant)
+	later := count(t, pool, `SELECT id FROM products WHERE tenant_id = $1 AND category_id IS NOT NULL
+		AND category_id <> (SELECT category_id FROM products WHERE tenant_id = $1 AND id = $2) ORDER BY id LIMIT 1`, tenant, held)
+
+	heldTx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer heldTx.Rollback(ctx) //nolint:errcheck // committed below
+	changeProduct(t, heldTx, tenant, held, "held open")
+	laterTx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	event, version := changeProduct(t, laterTx, tenant, later, "committed after the held one began")
+	if err := laterTx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for count(t, pool, `SELECT count(*) FROM outbox_messages WHERE id = $1 AND processed_at IS NOT NULL`, event) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("sync did not apply the later event within 60s")
+		}
+		<-time.After(20 * time.Millisecond)
+	}
+	teststack.CleanGraph(t, driver, tenant) // Neo4j lost the tenant's graph
+
+	type outcome struct {
+		res *Result
+		err error
+	}
+	done, finished := make(chan outcome, 1), make(chan struct{})
+	rebuildCtx, stopRebuild := context.WithCancel(ctx)
+	t.Cleanup(func() { stopRebuild(); <-finished })
+	go func() {
+		defer close(finished)
+		res, err := runScope(rebuildCtx, t, pool, driver, Config{TenantID: tenant, Source: SourceReplay, ChunkSize: 50, RecheckAfter: 200 * time.Millisecond})
+		done <- outcome{res, err}
+	}()
+	waiting := func() bool {
+		return count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = $1`,
+			gsql.Query("RebuildXactsEnded")) > 0
+	}
+	for !waiting() {
+		select {
+		case o := <-done:
+			t.Fatalf("the replay ended (%v) without waiting for the transaction open at its start", o.err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the replay did not reach its end within 60s")
+		}
+	}
+	if err := heldTx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	requireNoDrift(t, o.res, "replay around the held transaction")
+	if len(o.res.Repaired) > 0 {
+		t.Errorf("the sweep had to repair %v: the replay left out what was committed after the held transaction", o.res.Repaired)
+	}
+	want := graphProduct{Description: "description committed after the held one began", Version: version,
+		Category: "category committed after the held one began", ProductOutboxID: event, CategoryOutboxID: event}
+	if got := readGraphProduct(t, driver, tenant, later); got != want {
+		t.Errorf("product %d after the replay: %+v, want %+v", later, got, want)
 	}
 }
 

@@ -29,6 +29,16 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 	if err := b.pool.QueryRow(ctx, gsql.Query("RebuildReplayCount"), filter).Scan(&total); err != nil {
 		return fmt.Errorf("count the events to replay: %w", err)
 	}
+	// Every transaction that committed an event before the replay began
+	// has a lower id than this one; the history is read below the oldest
+	// running transaction, so at its end the replay waits for those still
+	// running, then reads on: otherwise one left open (idle in transaction)
+	// would end the replay before the events committed after it, which
+	// sync applied before and never applies again.
+	var began string
+	if err := b.pool.QueryRow(ctx, gsql.Query("RebuildXactID")).Scan(&began); err != nil {
+		return fmt.Errorf("take a transaction id at the replay's start: %w", err)
+	}
 	b.cfg.Progress(Progress{Phase: "replay", Done: cp.done, Total: total, Chunks: cp.chunks, Resumed: res.Resumed})
 	// The next chunk is read, and prepared when the sink can prepare ahead,
 	// while the sink applies this one; positions are stored only after a
@@ -42,9 +52,19 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 		defer close(readerDone)
 		defer close(chunks)
 		xid, id := cp.replayXID, cp.replayID
+		waited := false
 		for {
 			var c historyChunk
 			c.batch, c.read, c.last, c.err = b.readHistory(readCtx, xid, id, filter)
+			if c.err == nil && c.read < b.cfg.ChunkSize && !waited {
+				// The end of what is below the oldest running transaction:
+				// read the same range again once those older than the
+				// replay have ended.
+				waited = true
+				if c.err = b.checker.AwaitTransactionsBefore(readCtx, began); c.err == nil {
+					continue
+				}
+			}
 			if c.err == nil && prep != nil && len(c.batch) > 0 {
 				c.prepared = prep.Prepare(c.batch)
 			}
