@@ -2,6 +2,7 @@ package projector
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"graphsync/events"
@@ -79,10 +80,14 @@ func ProjectOrderRow(tenantID int64, r OrderRow) (graphmodel.Mutations, error) {
 // NodesWritten is the nodes that applying message m would upsert, by the
 // decoding and translation sync uses: drift asks which reference nodes
 // (categories, customers) a pending event will write. An event that does
-// not decode is an error: it will write nothing.
+// not decode is an error: it will write nothing. The size limits are not
+// applied: sync may run with larger ones than the defaults (--max-payload-
+// bytes, --max-order-lines), and an event it rejects for its size goes to
+// the DLQ and stops being pending.
 func NodesWritten(m relay.Message) ([]graphmodel.NodeUpsert, error) {
-	ev, err := events.Decode(events.Record{OutboxID: m.ID, AggregateType: m.AggregateType, AggregateID: m.AggregateID,
-		EventType: m.EventType, EventVersion: m.EventVersion, Payload: m.Payload})
+	ev, err := events.DecodeWithin(events.Record{OutboxID: m.ID, AggregateType: m.AggregateType, AggregateID: m.AggregateID,
+		EventType: m.EventType, EventVersion: m.EventVersion, Payload: m.Payload},
+		events.Limits{MaxPayloadBytes: math.MaxInt, MaxOrderLines: math.MaxInt})
 	if err != nil {
 		return nil, err
 	}

@@ -215,3 +215,31 @@ func TestNewRefusesAModelPropertyNoTranslationFills(t *testing.T) {
 		t.Fatalf("New = %v, want an error naming the wrong aggregate type", err)
 	}
 }
+
+// NodesWritten answers for an event of any size: sync may take larger
+// events than the default limits allow, and drift asks what a pending one
+// will write.
+func TestNodesWrittenIgnoresTheSizeLimits(t *testing.T) {
+	ids := &ids{tenant: 5}
+	lines := make([]events.OrderLine, events.DefaultMaxOrderLines+500)
+	for i := range lines {
+		lines[i] = events.OrderLine{LineNo: int32(i + 1), ProductID: int64(i + 1), Quantity: 1, UnitPriceCents: 100}
+	}
+	m := ids.message(t, orderPlaced(9, 11, lines...))
+	if len(m.Payload) <= events.DefaultMaxPayloadBytes/4 {
+		t.Fatalf("payload of %d bytes: the test wants a large one", len(m.Payload))
+	}
+	nodes, err := NodesWritten(m)
+	if err != nil {
+		t.Fatalf("an order of %d lines: %v", len(lines), err)
+	}
+	var customers int
+	for _, n := range nodes {
+		if n.Label == graphmodel.LabelCustomer && n.ID == 11 {
+			customers++
+		}
+	}
+	if customers != 1 {
+		t.Errorf("the order writes customer 11 once, got %d times in %d nodes", customers, len(nodes))
+	}
+}
