@@ -52,6 +52,45 @@ func rebuildScope(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithConte
 	return res
 }
 
+// scopeOutcome is how a rebuild run beside the test ended.
+type scopeOutcome struct {
+	res *Result
+	err error
+}
+
+// runScopeBeside runs a rebuild beside the test; a test that fails early
+// stops it and waits for it before it ends.
+func runScopeBeside(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, cfg Config) <-chan scopeOutcome {
+	done, finished := make(chan scopeOutcome, 1), make(chan struct{})
+	ctx, stop := context.WithCancel(context.Background())
+	t.Cleanup(func() { stop(); <-finished })
+	go func() {
+		defer close(finished)
+		res, err := runScope(ctx, t, pool, driver, cfg)
+		done <- scopeOutcome{res, err}
+	}()
+	return done
+}
+
+// awaitTransactionsWait returns once the rebuild run beside the test waits
+// for the transactions running at a read (its last query is
+// RebuildXactsEnded); it fails the test when the rebuild ends first.
+func awaitTransactionsWait(t *testing.T, pool *pgxpool.Pool, done <-chan scopeOutcome, what string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = $1`,
+		gsql.Query("RebuildXactsEnded")) == 0 {
+		select {
+		case o := <-done:
+			t.Fatalf("the rebuild ended (%v) without waiting for %s", o.err, what)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the rebuild did not wait for %s within 60s", what)
+		}
+	}
+}
+
 // runScope is rebuildScope for a goroutine: it returns its error.
 func runScope(ctx context.Context, t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, cfg Config) (*Result, error) {
 	sink, err := projector.New(driver, projector.Config{}, zaptest.NewLogger(t))
@@ -468,49 +507,11 @@ func TestTransactionHeldAcrossTheSnapshotStart(t *testing.T) {
 	defer held.Rollback(ctx) //nolint:errcheck // committed below
 	event, version := changeProduct(t, held, tenant, product, "held across the snapshot")
 
-	type outcome struct {
-		res *Result
-		err error
-	}
-	// The rebuild runs beside the test; a test that fails early stops it
-	// and waits for it before it ends.
-	done, finished := make(chan outcome, 1), make(chan struct{})
-	rebuildCtx, stopRebuild := context.WithCancel(ctx)
-	t.Cleanup(func() { stopRebuild(); <-finished })
-	go func() {
-		defer close(finished)
-		sink, err := projector.New(driver, projector.Config{}, zaptest.NewLogger(t))
-		if err != nil {
-			done <- outcome{nil, err}
-			return
-		}
-		b, err := New(pool, driver, Config{TenantID: tenant, Source: SourceSnapshot, ChunkSize: 10, Sink: sink,
-			RecheckAfter: 200 * time.Millisecond}, zaptest.NewLogger(t))
-		if err != nil {
-			done <- outcome{nil, err}
-			return
-		}
-		res, err := b.Run(rebuildCtx)
-		done <- outcome{res, err}
-	}()
+	done := runScopeBeside(t, pool, driver, Config{TenantID: tenant, Source: SourceSnapshot, ChunkSize: 10})
 	// The first chunk (categories) was read in a snapshot that does not see
 	// the held transaction when its write waits for that transaction to
 	// end (the reference watermark): then commit it.
-	waiting := func() bool {
-		return count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = $1`,
-			gsql.Query("RebuildXactsEnded")) > 0
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for !waiting() {
-		select {
-		case o := <-done:
-			t.Fatalf("the rebuild ended (%v) without waiting for the transaction open at its read", o.err)
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the rebuild did not read a chunk within 60s")
-		}
-	}
+	awaitTransactionsWait(t, pool, done, "the transaction open at its read")
 	if err := held.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -584,32 +585,8 @@ func TestReplayWaitsForATransactionOpenAtItsStart(t *testing.T) {
 	}
 	teststack.CleanGraph(t, driver, tenant) // Neo4j lost the tenant's graph
 
-	type outcome struct {
-		res *Result
-		err error
-	}
-	done, finished := make(chan outcome, 1), make(chan struct{})
-	rebuildCtx, stopRebuild := context.WithCancel(ctx)
-	t.Cleanup(func() { stopRebuild(); <-finished })
-	go func() {
-		defer close(finished)
-		res, err := runScope(rebuildCtx, t, pool, driver, Config{TenantID: tenant, Source: SourceReplay, ChunkSize: 50, RecheckAfter: 200 * time.Millisecond})
-		done <- outcome{res, err}
-	}()
-	waiting := func() bool {
-		return count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = $1`,
-			gsql.Query("RebuildXactsEnded")) > 0
-	}
-	for !waiting() {
-		select {
-		case o := <-done:
-			t.Fatalf("the replay ended (%v) without waiting for the transaction open at its start", o.err)
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the replay did not reach its end within 60s")
-		}
-	}
+	done := runScopeBeside(t, pool, driver, Config{TenantID: tenant, Source: SourceReplay, ChunkSize: 50})
+	awaitTransactionsWait(t, pool, done, "the transaction open at its start")
 	if err := heldTx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
