@@ -221,13 +221,13 @@ func TestNewRefusesAModelPropertyNoTranslationFills(t *testing.T) {
 // will write.
 func TestNodesWrittenIgnoresTheSizeLimits(t *testing.T) {
 	ids := &ids{tenant: 5}
-	lines := make([]events.OrderLine, events.DefaultMaxOrderLines+500)
+	lines := make([]events.OrderLine, 4*events.DefaultMaxOrderLines)
 	for i := range lines {
 		lines[i] = events.OrderLine{LineNo: int32(i + 1), ProductID: int64(i + 1), Quantity: 1, UnitPriceCents: 100}
 	}
 	m := ids.message(t, orderPlaced(9, 11, lines...))
-	if len(m.Payload) <= events.DefaultMaxPayloadBytes/4 {
-		t.Fatalf("payload of %d bytes: the test wants a large one", len(m.Payload))
+	if len(m.Payload) <= events.DefaultMaxPayloadBytes {
+		t.Fatalf("payload of %d bytes: the test wants one over both default limits", len(m.Payload))
 	}
 	nodes, err := NodesWritten(m)
 	if err != nil {
