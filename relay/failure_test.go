@@ -715,3 +715,39 @@ func TestArchivePartitionCreationRace(t *testing.T) {
 		}
 	}
 }
+
+// Looking up when the next hold runs out is bounded like a claim: a
+// PostgreSQL that stops answering (here, a lock the lookup waits for) does
+// not hold the worker past the lease.
+func TestHoldLookupIsBounded(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	cfg := h.config("relay-hold-lookup")
+	cfg.Lease = 500 * time.Millisecond
+	r, err := New(h.pool, newRecordingSink(), cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.stats.wait()
+	ctx := context.Background()
+	tx, err := h.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `LOCK TABLE outbox_aggregate_leases IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		r.newWorker(0).wakeForHolds(ctx)
+	}()
+	eventually(t, 5*time.Second, "the hold lookup gave up while the table stayed locked", func() bool {
+		select {
+		case <-returned:
+			return true
+		default:
+			return false
+		}
+	})
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -37,6 +39,9 @@ type worker struct {
 	// only the worker's goroutine sets them (wakeForHolds).
 	holdTimer *time.Timer
 	holdAt    time.Time
+	// failedSince is set when failures are recorded (each makes a hold); a
+	// stream pass that made one arms the hold's wake-up (streamPass).
+	failedSince atomic.Bool
 	// rewake asks this worker to look for due rows again (deferred rows
 	// become due after DependencyWait, before any poll would find them).
 	rewake chan struct{}
@@ -132,9 +137,16 @@ func (r *worker) work(ctx context.Context, wake <-chan struct{}, stream <-chan s
 // the next poll may be far (stream mode's fallback poll: 30 s). One timer
 // per worker, for the earliest hold.
 func (r *worker) wakeForHolds(ctx context.Context) {
-	d, ok, err := r.store.NextHoldEnds(ctx)
+	// Bounded like a claim: a connection that went silent (a partition the
+	// kernel has not noticed yet) must not hold the worker for minutes.
+	qctx, cancel := context.WithTimeout(ctx, r.cfg.Lease)
+	defer cancel()
+	d, ok, err := r.store.NextHoldEnds(qctx)
 	if err != nil {
-		r.log.Debug("could not read when the next hold runs out", zap.String("error", redactLog(err.Error())))
+		if ctx.Err() == nil {
+			r.log.Warn("could not read when the next hold runs out; held rows wait for the next poll",
+				zap.String("error", redactLog(err.Error())))
+		}
 		return
 	}
 	if !ok {
@@ -427,14 +439,22 @@ func (r *worker) gatherStream(first streamBatch, stream <-chan streamBatch) []st
 // streamPass delivers the rows the stream named, retrying while the sink or
 // PostgreSQL is unavailable, and only then lets the stream confirm them.
 func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff *backoff) {
-	var ids []int64
-	for _, b := range batches {
-		ids = append(ids, b.ids...)
+	ids := batches[0].ids
+	if len(batches) > 1 {
+		ids = nil
+		for _, b := range batches {
+			ids = append(ids, b.ids...)
+		}
 	}
-	// A large transaction is delivered in chunks, in commit order.
-	visible := map[int64]bool{} // waited for once: visibility only grows
-	byteLimit := 0              // set once the byte bound ended a claim
-	for len(ids) > 0 && ctx.Err() == nil {
+	// A large transaction is delivered in chunks, in commit order. ids[next:]
+	// have not been in a chunk yet; left are rows of earlier chunks that a
+	// claim left, claimed again first. The ids are never copied: a
+	// transaction of millions of rows costs its ids and one chunk.
+	var left []int64
+	next := 0
+	byteLimit := 0 // set once the byte bound ended a claim
+	dropped := false
+	for (len(left) > 0 || next < len(ids)) && ctx.Err() == nil {
 		limit := r.limit
 		if limit >= r.cfg.BatchSize {
 			limit = r.cfg.BacklogBatchSize // what was gathered is a backlog already
@@ -442,27 +462,32 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 		if byteLimit > 0 {
 			limit = min(limit, byteLimit)
 		}
-		chunk := ids[:min(len(ids), limit)]
+		var chunk, fresh []int64
+		if n := min(limit, len(left)+len(ids)-next); n <= len(left) {
+			chunk = left[:n]
+		} else {
+			fresh = ids[next : next+n-len(left)]
+			chunk = fresh
+			if len(left) > 0 {
+				chunk = slices.Concat(left, fresh)
+			}
+		}
+		restOfLeft := left[len(chunk)-len(fresh):]
+		next += len(fresh)
 		// Logical decoding can hand over a commit a moment before it is
 		// visible to other snapshots; a row claimed too early would be
 		// missed and block its aggregate until the fallback poll. Visibility
-		// only ever grows, so waiting for it before the claim is enough.
-		var unchecked []int64
-		for _, id := range chunk {
-			if !visible[id] {
-				unchecked = append(unchecked, id)
-				visible[id] = true
-			}
-		}
-		if len(unchecked) > 0 {
-			if err := r.awaitVisible(ctx, unchecked); err != nil {
+		// only ever grows, so waiting for it once, before a row's first
+		// claim, is enough: the rows left by a claim were waited for.
+		if len(fresh) > 0 {
+			if err := r.awaitVisible(ctx, fresh); err != nil {
 				r.log.Warn("relay stream pass: visibility check failed", zap.String("error", redactLog(err.Error())))
 			}
 		}
 		took := map[int64]bool{}
 		var tookBytes int64
 		err := r.pass(ctx, func(ctx context.Context) (claimed, error) {
-			c, err := r.store.OutboxClaimByID(ctx, chunk, len(ids) > len(chunk))
+			c, err := r.store.OutboxClaimByID(ctx, chunk, len(restOfLeft) > 0 || next < len(ids))
 			for _, ms := range [][]Message{c.messages, c.unreadable} {
 				for _, m := range ms {
 					took[m.ID] = true
@@ -475,6 +500,7 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 			return c, err
 		})
 		if err != nil {
+			left = slices.Concat(chunk, restOfLeft) // the same chunk again
 			r.waitAfter(ctx, err, backoff)
 			continue
 		}
@@ -491,27 +517,36 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 		// ended the claim, later chunks are about twice what it took, so
 		// that a transaction of large events is not measured whole again
 		// and again.
-		var left []int64
+		var notTaken []int64
 		if len(took) > 0 {
 			for _, id := range chunk {
 				if !took[id] {
-					left = append(left, id)
+					notTaken = append(notTaken, id)
 				}
 			}
+		} else {
+			dropped = true
 		}
 		switch {
-		case len(left) > 0 && 2*tookBytes >= r.cfg.MaxBatchBytes:
+		case len(notTaken) > 0 && 2*tookBytes >= r.cfg.MaxBatchBytes:
 			byteLimit = max(1, 2*len(took))
-		case len(left) == 0 && byteLimit > 0:
+		case len(notTaken) == 0 && byteLimit > 0:
 			byteLimit *= 2 // it took its whole chunk: grow back
 		}
-		ids = append(left, ids[len(chunk):]...)
+		left = append(notTaken, restOfLeft...)
 	}
 	if ctx.Err() != nil {
 		return // not confirmed: the slot will replay them, the rows are in the outbox anyway
 	}
 	for _, b := range batches {
 		b.done()
+	}
+	// A failure recorded in the pass holds its aggregate back until its
+	// retry is due, and rows the pass dropped may wait behind a hold: look
+	// again when the first hold runs out, as the end of a drain does, not
+	// at the fallback poll (30 s by default).
+	if r.failedSince.Swap(false) || dropped {
+		r.wakeForHolds(ctx)
 	}
 }
 
@@ -718,6 +753,7 @@ func (r *worker) recordFailures(ctx context.Context, holder string, failed []Mes
 	if err != nil {
 		return err
 	}
+	r.failedSince.Store(true)
 	if len(moved) > 0 {
 		r.metrics.dlqMoved.Add(float64(len(moved)))
 		r.log.Error("moved events to the DLQ after their last attempt", zap.Int64s("outbox_ids", moved))

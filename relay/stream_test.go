@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -516,4 +517,44 @@ func TestStreamMendsASlotOlderThanItsPublication(t *testing.T) {
 	eventually(t, 30*time.Second, "the stream delivered a new row and confirmed past it", func() bool {
 		return sink.appliedIDs()[id] > 0 && h.lsnAtLeast(afterCommit)
 	})
+}
+
+// A failure recorded in a stream pass is retried when its hold runs out,
+// not at the next fallback poll: the pass arms the worker's wake-up for
+// the hold it made, as the end of a drain does. The transaction mixes the
+// failing aggregate (with a row behind the failure) and another one.
+func TestStreamRetriesAFailureWhenItsHoldRunsOut(t *testing.T) {
+	h := newHarness(t, WakeStream)
+	cfg := streamOnlyConfig(h, "relay-stream-retry")
+	cfg.RetryStep = 200 * time.Millisecond
+	sink := newRecordingSink()
+	var refused atomic.Bool
+	var failing atomic.Int64
+	sink.reject = func(m Message) error {
+		if m.ID == failing.Load() && refused.CompareAndSwap(false, true) {
+			return errors.New("refused once")
+		}
+		return nil
+	}
+	h.start(sink, cfg)
+	// Let the start-up drain pass before the rows exist.
+	eventually(t, 10*time.Second, "the stream connected", func() bool {
+		return h.count(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active`, h.slot) == 1
+	})
+	failing.Store(h.count(`SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM outbox_messages_id_seq`))
+	ids := h.insertTogether(
+		event{1, "Order", 31, "OrderPlaced", `{}`},
+		event{1, "Order", 32, "OrderPlaced", `{}`},
+		event{1, "Order", 31, "OrderConfirmed", `{}`},
+	)
+	if ids[0] != failing.Load() {
+		t.Fatalf("the first row is %d, not the %d the sink refuses", ids[0], failing.Load())
+	}
+	other, behind := ids[1], ids[2]
+	eventually(t, 15*time.Second, "the refused event and the one behind it delivered after the hold", func() bool {
+		applied := sink.appliedIDs()
+		return refused.Load() && applied[failing.Load()] > 0 && applied[behind] > 0 && applied[other] > 0
+	})
+	sink.checkOrder(t)
+	sink.checkViolations(t)
 }

@@ -167,6 +167,12 @@ func (c *connFlags) openPostgres(ctx context.Context, maxConns int32) (*pgxpool.
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
+	if cfg.PingTimeout == 0 {
+		// The pool pings a connection idle for a second before handing it
+		// out; one that went silent is dropped after this, not after the
+		// kernel's TCP timeout (about 15 minutes).
+		cfg.PingTimeout = 10 * time.Second
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("PostgreSQL at %s: %v", redact.URL(c.pgURL), redactErr(err, c.pgURL))
