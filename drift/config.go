@@ -18,7 +18,8 @@ type Config struct {
 	// ChunkSize is how many keys one read takes on each side. Default: 2000.
 	ChunkSize int
 	// RecheckAfter is how long the second look at a difference waits, so
-	// that events in flight during the first pass land. Default: 2s.
+	// that events in flight during the first pass land. Default: 2s;
+	// NoRecheckWait looks again at once.
 	RecheckAfter time.Duration
 	// MaxExamples is how many findings of each kind the report lists (all
 	// are counted). Default: 10.
@@ -32,6 +33,10 @@ type Config struct {
 	// Model is the graph model. Default: graphmodel.Default.
 	Model *graphmodel.Model
 }
+
+// NoRecheckWait is a Config.RecheckAfter that does not wait (a zero reads
+// as the default).
+const NoRecheckWait time.Duration = -1
 
 func (c Config) withDefaults() Config {
 	if c.Sample == 0 {
@@ -63,7 +68,7 @@ func (c Config) validate() error {
 	if c.TenantID < 0 {
 		errs = append(errs, fmt.Errorf("tenant must be a tenant id, got %d", c.TenantID))
 	}
-	if c.ChunkSize < 1 || c.MaxExamples < 1 || c.MaxSuspects < 1 || c.RecheckAfter < 0 {
+	if c.ChunkSize < 1 || c.MaxExamples < 1 || c.MaxSuspects < 1 {
 		errs = append(errs, errors.New("chunk size, max examples and max suspects must be positive"))
 	}
 	if err := c.Model.Validate(); err != nil {

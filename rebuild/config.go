@@ -61,7 +61,7 @@ type Config struct {
 	// Sink applies replayed events: the projector sync uses. Required.
 	Sink relay.Sink
 	// RecheckAfter is the drift check's wait before its second look.
-	// Default: 2s.
+	// Default: 2s; drift.NoRecheckWait looks again at once.
 	RecheckAfter time.Duration
 	// Progress, when set, is called after every chunk and phase change.
 	Progress func(Progress)

@@ -37,11 +37,18 @@ func runDLQ(ctx context.Context, args []string) error {
 		// Before connecting: a mistyped subcommand needs no database.
 		return usageError{fmt.Sprintf("unknown dlq subcommand %q: want list, retry or discard", sub)}
 	}
-	if err := parseFlags(fs, args[1:]); err != nil {
+	words, err := parseFlagsWithArgs(fs, args[1:])
+	if err != nil {
 		return err
 	}
+	if sub == "list" && len(words) > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q: dlq list takes flags only", words[0])}
+	}
+	if sub == "list" && *limit < 1 {
+		return usageError{fmt.Sprintf("--limit must be at least 1, got %d", *limit)}
+	}
 	var ids []int64
-	for _, arg := range fs.Args() {
+	for _, arg := range words {
 		id, err := strconv.ParseInt(arg, 10, 64)
 		if err != nil || id <= 0 {
 			return usageError{fmt.Sprintf("%q is not an outbox id", arg)}
@@ -103,6 +110,12 @@ func runRetention(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.KeepArchive, "keep-archive", 90*24*time.Hour, "drop archive partitions wholly older than this")
 	fs.IntVar(&cfg.MonthsAhead, "months-ahead", 3, "create archive partitions this many months ahead")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := refuseZeros(
+		zeroSetting{"archive-after", cfg.ArchiveAfter == 0}, zeroSetting{"archive-batch", cfg.ArchiveBatch == 0},
+		zeroSetting{"keep-archive", cfg.KeepArchive == 0}, zeroSetting{"months-ahead", cfg.MonthsAhead == 0},
+	); err != nil {
 		return err
 	}
 	if err := cfg.Validate(); err != nil {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"graphsync/drift"
 	"graphsync/internal/redact"
 )
 
@@ -40,12 +41,55 @@ func (c *connFlags) register(fs *flag.FlagSet, needNeo4j bool) {
 }
 
 // parseFlags parses args, then fills every flag not given on the command line
-// from GRAPHSYNC_<NAME>.
+// from GRAPHSYNC_<NAME>. A command of flags only refuses a word among them:
+// the flag package stops at the first word and drops every flag after it,
+// and `--until-caught-up false` would turn the flag on.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := parseQuietly(fs, args); err != nil {
-		return err
+	words, err := parseFlagsWithArgs(fs, args)
+	if err == nil && len(words) > 0 {
+		err = usageError{fmt.Sprintf("unexpected argument %q: graphsync %s takes flags only (a true/false flag is set with --name=false)", words[0], fs.Name())}
 	}
-	return fillFromEnv(fs)
+	return err
+}
+
+// zeroSetting is a flag whose zero its library reads as "the default"
+// (relay.Config, RetentionConfig, projector.Config): zero says whether it
+// was given as 0.
+type zeroSetting struct {
+	flag string
+	zero bool
+}
+
+// refuseZeros names the first setting given as 0, on the command line or
+// in the environment: a mistake that running with the default would hide.
+func refuseZeros(settings ...zeroSetting) error {
+	for _, s := range settings {
+		if s.zero {
+			return usageError{fmt.Sprintf("--%s must be positive, got 0 (leave it out for its default)", s.flag)}
+		}
+	}
+	return nil
+}
+
+// recheckWait reads --recheck-after: 0 looks again at once (drift.Config
+// would read a zero as its default), a negative wait is a mistake.
+func recheckWait(d time.Duration) (time.Duration, error) {
+	switch {
+	case d < 0:
+		return 0, fmt.Errorf("--recheck-after must not be negative, got %s", d)
+	case d == 0:
+		return drift.NoRecheckWait, nil
+	}
+	return d, nil
+}
+
+// parseFlagsWithArgs is parseFlags for a command that takes arguments after
+// its flags (`dlq retry IDS...`): it returns them.
+func parseFlagsWithArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	if err := parseQuietly(fs, args); err != nil {
+		return nil, err
+	}
+	return fs.Args(), fillFromEnv(fs)
 }
 
 // parseQuietly parses args; a mistake comes back as one usageError line

@@ -140,6 +140,16 @@ func TestFlagMistakesAreNamedBeforeConnecting(t *testing.T) {
 		{[]string{"sync", "--max-payload-bytes", "-1", "--http-addr", ""}, "--max-payload-bytes"},
 		{[]string{"sync", "--neo4j-tx-timeout", "-1s", "--http-addr", ""}, "--neo4j-tx-timeout"},
 		{[]string{"demo", "--drift-sample", "0", "--no-sync"}, "--drift-sample"},
+		// A zero the relay would read as its default is refused, not run.
+		{[]string{"sync", "--batch-size", "0", "--http-addr", ""}, "--batch-size"},
+		{[]string{"sync", "--lease", "0s", "--http-addr", ""}, "--lease"},
+		{[]string{"sync", "--drain-timeout", "0s", "--http-addr", ""}, "--drain-timeout"},
+		{[]string{"demo", "--max-attempts", "0", "--no-sync"}, "--max-attempts"},
+		// A word among the flags (a true/false flag given a value) would
+		// turn the flag on and drop every flag after it.
+		{[]string{"sync", "--until-caught-up", "false", "--batch-size", "-1"}, `"false"`},
+		{[]string{"migrate", "--skip-neo4j", "false"}, `"false"`},
+		{[]string{"summary", "7"}, `"7"`},
 	} {
 		args := append(c.args, "--pg-url", pg, "--neo4j-uri", bolt, "--log-level", "error")
 		code, stderr := runCapturingStderr(t, args)
@@ -161,6 +171,11 @@ func TestRetentionSettingsAreValidated(t *testing.T) {
 		{"retention", "--archive-batch", "-1", "--pg-url", pg},
 		{"sync", "--keep-archive", "-24h", "--pg-url", pg},
 		{"sync", "--retention-every", "-1h", "--pg-url", pg},
+		{"retention", "--months-ahead", "0", "--pg-url", pg},
+		{"retention", "--archive-batch", "0", "--pg-url", pg},
+		{"retention", "now", "--pg-url", pg},
+		{"dlq", "list", "--limit", "0", "--pg-url", pg},
+		{"dlq", "list", "7", "--pg-url", pg},
 	} {
 		if code := run(args); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
 	"graphsync/internal/teststack"
 )
@@ -61,6 +62,31 @@ func TestSummaryShowsEveryTenant(t *testing.T) {
 	}
 	if len(shown) != len(events) {
 		t.Errorf("summary shows %d of %d tenants:\n%s", len(shown), len(events), out.String())
+	}
+}
+
+// A node another writer gave a float tenant id (Cypher finds 1.0 IN [1])
+// is left out of the summary instead of crashing it, and a relationship
+// from it counts for nobody.
+func TestSummaryLeavesOutAFloatTenantID(t *testing.T) {
+	_, pool := teststack.FreshDatabase(t)
+	driver := teststack.Neo4j(t)
+	ctx := context.Background()
+	tenant := time.Now().UnixNano()%1_000_000_000 + 5_000_000_000
+	if _, err := pool.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, 'summary float')`, tenant); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { teststack.CleanGraph(t, driver, tenant) })
+	if _, err := neo4j.ExecuteQuery(ctx, driver, `CREATE (:Chunk {tenant_id: toFloat($t)})-[:MENTIONS]->(:Product {tenant_id: $t, id: 1})`,
+		map[string]any{"t": tenant}, neo4j.EagerResultTransformer); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := printSummary(ctx, &out, pool, driver, []int64{tenant}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "Product=1") || strings.Contains(out.String(), "Chunk") || strings.Contains(out.String(), "MENTIONS") {
+		t.Errorf("want the Product counted and the float-tenant node and its relationship left out:\n%s", out.String())
 	}
 }
 

@@ -39,9 +39,6 @@ func runDrift(ctx context.Context, args []string) error {
 		}
 		return exitError{2, err.Error()}
 	}
-	if fs.NArg() > 0 {
-		return exitError{2, fmt.Sprintf("unexpected arguments %v", fs.Args())}
-	}
 	if *format != "markdown" && *format != "md" && *format != "json" {
 		return exitError{2, fmt.Sprintf("unknown format %q: want markdown or json", *format)}
 	}
@@ -56,8 +53,9 @@ func runDrift(ctx context.Context, args []string) error {
 	if *tenant < 0 {
 		return exitError{2, fmt.Sprintf("--tenant must be a tenant id (0: every tenant), got %d", *tenant)}
 	}
-	if *recheck < 0 {
-		return exitError{2, fmt.Sprintf("--recheck-after must not be negative, got %s", *recheck)}
+	recheckAfter, err := recheckWait(*recheck)
+	if err != nil {
+		return exitError{2, err.Error()}
 	}
 	// The report's file is opened before anything is compared or repaired:
 	// a --repair must not change Neo4j and only then find it cannot write
@@ -72,7 +70,7 @@ func runDrift(ctx context.Context, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	report, err := checkDrift(ctx, conn, drift.Config{TenantID: *tenant, Sample: *sampleShare, RecheckAfter: *recheck}, *repair)
+	report, err := checkDrift(ctx, conn, drift.Config{TenantID: *tenant, Sample: *sampleShare, RecheckAfter: recheckAfter}, *repair)
 	if err != nil && report == nil {
 		// No report: the comparison did not finish, and a --repair starts
 		// only after it.

@@ -42,9 +42,6 @@ func runRebuild(ctx context.Context, args []string) error {
 		}
 		return exitError{2, err.Error()}
 	}
-	if fs.NArg() > 0 {
-		return exitError{2, fmt.Sprintf("unexpected arguments %v", fs.Args())}
-	}
 	source, err := rebuild.ParseSource(*sourceName)
 	if err != nil {
 		return exitError{2, err.Error()}
@@ -60,15 +57,16 @@ func runRebuild(ctx context.Context, args []string) error {
 	if *tenant < 0 {
 		return exitError{2, fmt.Sprintf("--tenant must be a tenant id (0: every tenant), got %d", *tenant)}
 	}
-	if *recheck < 0 {
-		return exitError{2, fmt.Sprintf("--recheck-after must not be negative, got %s", *recheck)}
+	recheckAfter, err := recheckWait(*recheck)
+	if err != nil {
+		return exitError{2, err.Error()}
 	}
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(rebuild.GCPercent)
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := rebuildScope(ctx, conn, rebuild.Config{TenantID: *tenant, Source: source, ChunkSize: *chunk, RecheckAfter: *recheck},
+	res, err := rebuildScope(ctx, conn, rebuild.Config{TenantID: *tenant, Source: source, ChunkSize: *chunk, RecheckAfter: recheckAfter},
 		*progressMode == "bar" || (*progressMode == "auto" && term.IsTerminal(int(os.Stderr.Fd()))))
 	if err != nil {
 		if ctx.Err() != nil {

@@ -86,6 +86,23 @@ func (f *syncFlags) validate() error {
 		return usageError{err.Error()}
 	}
 	f.relay.Wake = wake
+	// relay.Config, RetentionConfig and projector.Config read a zero as
+	// "the default"; given on the command line or in the environment, a
+	// zero is a mistake, and running with the default instead would hide it.
+	if err := refuseZeros(
+		zeroSetting{"workers", f.relay.Workers == 0}, zeroSetting{"batch-size", f.relay.BatchSize == 0},
+		zeroSetting{"max-batch-bytes", f.relay.MaxBatchBytes == 0}, zeroSetting{"poll-interval", f.relay.PollInterval == 0},
+		zeroSetting{"fallback-poll-interval", f.relay.FallbackPollInterval == 0}, zeroSetting{"lease", f.relay.Lease == 0},
+		zeroSetting{"retry-step", f.relay.RetryStep == 0}, zeroSetting{"retry-max-steps", f.relay.RetryMaxSteps == 0},
+		zeroSetting{"max-attempts", f.relay.MaxAttempts == 0}, zeroSetting{"drain-timeout", f.relay.DrainTimeout == 0},
+		zeroSetting{"sink-backoff", f.relay.SinkBackoff == 0}, zeroSetting{"sink-backoff-max", f.relay.SinkBackoffMax == 0},
+		zeroSetting{"stream-stall-timeout", f.relay.StreamStallTimeout == 0}, zeroSetting{"dependency-wait", f.relay.DependencyWait == 0},
+		zeroSetting{"archive-after", f.retention.ArchiveAfter == 0}, zeroSetting{"keep-archive", f.retention.KeepArchive == 0},
+		zeroSetting{"max-payload-bytes", f.projector.Limits.MaxPayloadBytes == 0}, zeroSetting{"max-order-lines", f.projector.Limits.MaxOrderLines == 0},
+		zeroSetting{"neo4j-tx-timeout", f.projector.TxTimeout == 0},
+	); err != nil {
+		return err
+	}
 	if err := f.retention.Validate(); err != nil {
 		return usageError{err.Error()}
 	}
