@@ -85,6 +85,9 @@ func (r *Relay) Config() Config { return r.cfg }
 func (r *Relay) Run(ctx context.Context) error {
 	waker, err := r.newWaker(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while it prepared: nothing was claimed
+		}
 		return err
 	}
 	workers := pool.New().WithErrors().WithContext(context.WithoutCancel(ctx))

@@ -558,3 +558,18 @@ func TestStreamRetriesAFailureWhenItsHoldRunsOut(t *testing.T) {
 	sink.checkOrder(t)
 	sink.checkViolations(t)
 }
+
+// A stop that comes while Run prepares (stream mode checks the server
+// first) is a stop, not a failure: Run returns nil, as after a stop later.
+func TestRunStoppedWhilePreparingIsNoFailure(t *testing.T) {
+	h := newHarness(t, WakeStream)
+	r, err := New(h.pool, newRecordingSink(), streamOnlyConfig(h, "relay-stopped-early"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Run(ctx); err != nil {
+		t.Errorf("Run after a stop: %v, want nil", err)
+	}
+}

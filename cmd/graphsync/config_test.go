@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -244,5 +245,22 @@ func TestWordsAfterDoubleDashAreNeverFlags(t *testing.T) {
 		if err != nil || *tenant != c.tenant || !slices.Equal(words, c.words) {
 			t.Errorf("%q: tenant %d, words %q (%v); want tenant %d, words %q", c.args, *tenant, words, err, c.tenant, c.words)
 		}
+	}
+}
+
+// A busy --http-addr stops sync before it connects to anything (the
+// servers here are loopback port 1) or changes anything: one line naming
+// the address, exit 1.
+func TestBusyHTTPAddressStopsSyncBeforeConnecting(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	addr := busy.Addr().String()
+	code, stderr := runCapturingStderr(t, []string{"sync", "--http-addr", addr, "--wake", "notify",
+		"--pg-url", "postgres://x@127.0.0.1:1/x?connect_timeout=2", "--neo4j-uri", "bolt://127.0.0.1:1", "--log-level", "error"})
+	if code != 1 || !strings.Contains(stderr, "listen on "+addr) || strings.Contains(stderr, "PostgreSQL") {
+		t.Errorf("exit %d, want 1 and the busy address named before any connection:\n%s", code, stderr)
 	}
 }

@@ -177,6 +177,15 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) (err error) {
 			err = errStoppedBeforeRelaying
 		}
 	}()
+	// The HTTP address first: a busy or bad one stops the service before
+	// it connects to anything or changes anything (a trigger, a slot).
+	var listener net.Listener
+	if f.httpAddr != "" {
+		if listener, err = net.Listen("tcp", f.httpAddr); err != nil {
+			return fmt.Errorf("listen on %s for /metrics: %w", f.httpAddr, err)
+		}
+		defer listener.Close() // Serve closes it too; a second Close does nothing
+	}
 	pgPool, err := f.conn.openPostgres(ctx, int32(f.relay.Workers*2+6))
 	if err != nil {
 		return err
@@ -233,13 +242,7 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) (err error) {
 		defer cancelRun() // the relay ending ends the service
 		return rel.Run(runCtx)
 	})
-	if f.httpAddr != "" {
-		listener, err := net.Listen("tcp", f.httpAddr)
-		if err != nil {
-			cancelRun()
-			_ = tasks.Wait()
-			return fmt.Errorf("listen on %s for /metrics: %w", f.httpAddr, err)
-		}
+	if listener != nil {
 		log.Info("serving /metrics, /healthz and /readyz", zap.String("addr", listener.Addr().String()))
 		server := &http.Server{Handler: httpHandler(registry, readiness{pool: pgPool, driver: driver, cfg: cfg, relay: rel}), ReadHeaderTimeout: 5 * time.Second}
 		tasks.Go(func(context.Context) error {
