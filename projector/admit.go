@@ -164,12 +164,6 @@ func ownersParams(model graphmodel.Model, items []*item, keep func(labelID) bool
 	for _, l := range model.Labels {
 		tombstones[l.Name] = l.Tombstone
 	}
-	singleFrom := map[string]string{} // Single relationship type -> From label
-	for _, r := range model.Relationships {
-		if r.Single {
-			singleFrom[r.Type] = r.From
-		}
-	}
 	type entry struct {
 		param string
 		id    int64
@@ -189,6 +183,9 @@ func ownersParams(model graphmodel.Model, items []*item, keep func(labelID) bool
 	for _, label := range cypher.Labels(model) {
 		params[cypher.OwnersParam(label)] = []any{}
 	}
+	// The lookup's Single targets stay empty: read before the batch locks
+	// its nodes, they could be stale, so the batch removes every stale edge
+	// under the lock instead (Projector.apply).
 	for _, r := range model.Relationships {
 		if r.Single {
 			params[cypher.TargetsParam(r.Type)] = []any{}
@@ -199,11 +196,6 @@ func ownersParams(model graphmodel.Model, items []*item, keep func(labelID) bool
 			add(cypher.OwnersParam(r.label), labelID{r.label, r.id})
 			if tombstone := tombstones[r.label]; tombstone != "" {
 				add(cypher.OwnersParam(tombstone), labelID{tombstone, r.id})
-			}
-		}
-		for _, rel := range it.mut.Rels {
-			if from, single := singleFrom[rel.Type]; single {
-				add(cypher.TargetsParam(rel.Type), labelID{from, rel.FromID})
 			}
 		}
 	}
