@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"unicode"
 )
 
 // Record is a stored outbox row as far as decoding is concerned.
@@ -113,6 +114,13 @@ func decode(r Record, limits Limits) (Event, error) {
 	doc, err := parseObject(r.Payload)
 	if err != nil {
 		return nil, err
+	}
+	// encoding/json fills a field from any key equal to its name but for
+	// case, the last one winning, while the checks here read exact keys: a
+	// payload with "version": 3 and "VERSION": 2147483647 passed as version
+	// 3 and was stored as the other, pinning the node.
+	if a, b, found := caseTwins(doc, ""); found {
+		return nil, fmt.Errorf("payload keys %.64q and %.64q differ only in case: which one counts is ambiguous", a, b)
 	}
 	for _, path := range entry.required {
 		if err := requirePath(doc, path); err != nil {
@@ -245,6 +253,46 @@ func parseObject(payload []byte) (map[string]any, error) {
 		return nil, fmt.Errorf("payload must be a JSON object, got %s", jsonKind(doc))
 	}
 	return obj, nil
+}
+
+// caseTwins finds two keys of one object, anywhere in v, that encoding/json
+// would both match to one field: equal under Unicode simple case folding
+// (the Kelvin sign too). It returns them with their path.
+func caseTwins(v any, at string) (string, string, bool) {
+	switch v := v.(type) {
+	case map[string]any:
+		folded := make(map[string]string, len(v))
+		for key, value := range v {
+			fold := foldKey(key)
+			if other, seen := folded[fold]; seen {
+				a, b := min(key, other), max(key, other)
+				return at + a, at + b, true
+			}
+			folded[fold] = key
+			if a, b, found := caseTwins(value, at+key+"."); found {
+				return a, b, true
+			}
+		}
+	case []any:
+		for i, value := range v {
+			if a, b, found := caseTwins(value, fmt.Sprintf("%s[%d].", strings.TrimSuffix(at, "."), i)); found {
+				return a, b, true
+			}
+		}
+	}
+	return "", "", false
+}
+
+// foldKey maps every rune of s to the smallest rune of its case-folding
+// orbit, so that keys equal under strings.EqualFold get the same foldKey.
+func foldKey(s string) string {
+	return strings.Map(func(r rune) rune {
+		smallest := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			smallest = min(smallest, f)
+		}
+		return smallest
+	}, s)
 }
 
 func requirePath(doc map[string]any, path string) error {
