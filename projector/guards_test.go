@@ -221,37 +221,7 @@ func TestGuardsSeeConcurrentWrites(t *testing.T) {
 				older <- err
 			}()
 			// The older write must come to wait for the newer one's lock.
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				res, err := neo4j.ExecuteQuery(ctx, driver, `SHOW TRANSACTIONS YIELD metaData, status
-					WHERE metaData.test = $marker AND status STARTS WITH 'Blocked' RETURN count(*) AS n`,
-					map[string]any{"marker": marker}, neo4j.EagerResultTransformer)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if n, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "n"); n > 0 {
-					break
-				}
-				select {
-				case err := <-older:
-					t.Fatalf("the older write ended (%v) without waiting for the newer write's lock", err)
-				case <-time.After(10 * time.Millisecond):
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the older write did not wait for the newer write's lock within 30s")
-				}
-			}
-			if err := newer.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case err := <-older:
-				if err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("the older write did not end within 30s of the newer one's commit")
-			}
+			waitForLockThenCommit(t, driver, marker, newer, older)
 			res, err := neo4j.ExecuteQuery(ctx, driver, state, map[string]any{"t": i.tenant}, neo4j.EagerResultTransformer)
 			if err != nil {
 				t.Fatal(err)
@@ -375,5 +345,45 @@ func TestReplayAfterARepairMovesNoEdgeBack(t *testing.T) {
 	cats, _, _ := neo4j.GetRecordValue[[]any](res.Records[0], "cats")
 	if fmt.Sprint(cats) != fmt.Sprint([]any{i.id(11)}) {
 		t.Errorf("the product's categories after the replay: %v, want only %d (the repair's); the replayed event moved the edge back", cats, i.id(11))
+	}
+}
+
+// waitForLockThenCommit waits until a transaction waits for a lock (one
+// whose metadata "test" is marker; any, for an empty marker), commits held,
+// and waits for the waiting writer to end without error: it reports on
+// ended. A writer that ends before it waited fails the test.
+func waitForLockThenCommit(t *testing.T, driver neo4j.DriverWithContext, marker string, held neo4j.ExplicitTransaction, ended <-chan error) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := neo4j.ExecuteQuery(ctx, driver, `SHOW TRANSACTIONS YIELD metaData, status
+			WHERE ($marker = '' OR metaData.test = $marker) AND status STARTS WITH 'Blocked' RETURN count(*) AS n`,
+			map[string]any{"marker": marker}, neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "n"); n > 0 {
+			break
+		}
+		select {
+		case err := <-ended:
+			t.Fatalf("the write ended (%v) without waiting for the held transaction's lock", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the write did not wait for the held transaction's lock within 30s")
+		}
+	}
+	if err := held.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the write did not end within 30s of the held transaction's commit")
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
@@ -80,36 +79,7 @@ func TestSingleRelationshipFollowsAWriteCommittedDuringTheBatch(t *testing.T) {
 		}
 		done <- err
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		res, err := neo4j.ExecuteQuery(ctx, driver, `SHOW TRANSACTIONS YIELD status WHERE status STARTS WITH 'Blocked' RETURN count(*) AS n`,
-			nil, neo4j.EagerResultTransformer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "n"); n > 0 {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("the batch ended (%v) without waiting for the other writer's lock", err)
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the batch did not wait for the other writer's lock within 30s")
-		}
-	}
-	if err := other.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the batch did not end within 30s of the other writer's commit")
-	}
+	waitForLockThenCommit(t, driver, "", other, done)
 	res, err := neo4j.ExecuteQuery(ctx, driver, `MATCH (:Product {tenant_id: $t, id: $id})-[:IN_CATEGORY]->(c) RETURN collect(c.id) AS cats`,
 		map[string]any{"t": i.tenant, "id": productID}, neo4j.EagerResultTransformer)
 	if err != nil {
