@@ -63,10 +63,13 @@ func runDLQ(ctx context.Context, args []string) error {
 func dlqCommand(ctx context.Context, pool *pgxpool.Pool, sub string, ids []int64, tenant int64, limit int) error {
 	switch sub {
 	case "list":
-		letters, err := relay.DLQList(ctx, pool, tenant, limit)
+		// One row more than shown says whether --limit cut the list.
+		letters, err := relay.DLQList(ctx, pool, tenant, limit+1)
 		if err != nil {
 			return err
 		}
+		cut := len(letters) > limit
+		letters = letters[:min(len(letters), limit)]
 		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "ID\tTENANT\tAGGREGATE\tEVENT\tATTEMPTS\tDEAD SINCE\tLAST ERROR")
 		// Producer text (types, errors) is clipped and kept to one line, so
@@ -75,7 +78,13 @@ func dlqCommand(ctx context.Context, pool *pgxpool.Pool, sub string, ids []int64
 			fmt.Fprintf(w, "%d\t%d\t%s/%d\t%s v%d\t%d\t%s\t%s\n", d.ID, d.TenantID, cell(d.AggregateType, 24), d.AggregateID,
 				cell(d.EventType, 40), d.EventVersion, d.Attempts, d.DeadLetteredAt.Format(time.RFC3339), cell(d.LastError, 400))
 		}
-		return w.Flush()
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		if cut {
+			fmt.Fprintf(os.Stderr, "dlq list: the first %d dead letters; more exist (raise --limit)\n", limit)
+		}
+		return nil
 	case "retry", "discard":
 		if len(ids) == 0 {
 			return usageError{"name the outbox ids to " + sub}

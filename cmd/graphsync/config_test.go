@@ -225,6 +225,21 @@ func TestDLQRetryOfAnIDNamedTwice(t *testing.T) {
 	}
 }
 
+// dlq list says when --limit cut the list, and only then.
+func TestDLQListSaysWhenTheLimitCutIt(t *testing.T) {
+	url, pool := teststack.FreshDatabase(t)
+	if _, err := pool.Exec(context.Background(), `INSERT INTO outbox_messages_dlq (id, tenant_id, aggregate_type, aggregate_id, event_type, payload)
+		SELECT g, 1, 'Order', g, 'OrderPlaced', '{}' FROM generate_series(1, 3) g`); err != nil {
+		t.Fatal(err)
+	}
+	for limit, cut := range map[string]bool{"2": true, "3": false} {
+		code, stderr := runCapturingStderr(t, []string{"dlq", "list", "--limit", limit, "--pg-url", url, "--log-level", "error"})
+		if code != 0 || strings.Contains(stderr, "more exist") != cut {
+			t.Errorf("--limit %s of 3 dead letters: exit %d, stderr %q; want exit 0 and a note of more only when cut", limit, code, stderr)
+		}
+	}
+}
+
 // Words and flags may be mixed, but after "--" every argument is a word:
 // a question cannot switch the tenant or the server.
 func TestWordsAfterDoubleDashAreNeverFlags(t *testing.T) {
