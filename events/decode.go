@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
 	"strings"
 	"unicode"
@@ -256,15 +257,17 @@ func parseObject(payload []byte) (map[string]any, error) {
 }
 
 // caseTwins finds two keys of one object, anywhere in v, that encoding/json
-// would both match to one field: equal under Unicode simple case folding
-// (the Kelvin sign too). It returns them with their path.
+// would both match to one field of an event: equal under Unicode simple
+// case folding (the Kelvin sign too), and folding to a field's JSON name.
+// Keys no event reads stay free ("traceId" beside "traceID"). It returns
+// them with their path.
 func caseTwins(v any, at string) (string, string, bool) {
 	switch v := v.(type) {
 	case map[string]any:
 		folded := make(map[string]string, len(v))
 		for key, value := range v {
 			fold := foldKey(key)
-			if other, seen := folded[fold]; seen {
+			if other, seen := folded[fold]; seen && eventFields[fold] {
 				a, b := min(key, other), max(key, other)
 				return at + a, at + b, true
 			}
@@ -282,6 +285,44 @@ func caseTwins(v any, at string) (string, string, bool) {
 	}
 	return "", "", false
 }
+
+// eventFields are the folded JSON names of every field an event type of
+// the catalog decodes, at any depth.
+var eventFields = func() map[string]bool {
+	fields := map[string]bool{}
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct || t.PkgPath() != reflect.TypeFor[Record]().PkgPath() {
+			return // time.Time and the like are values, not objects of fields
+		}
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			switch {
+			case name == "-":
+				continue
+			case f.Anonymous && name == "":
+				walk(f.Type) // an embedded state: its fields are the event's
+				continue
+			case name == "":
+				name = f.Name
+			}
+			fields[foldKey(name)] = true
+			walk(f.Type)
+		}
+	}
+	for _, t := range []reflect.Type{
+		reflect.TypeFor[ProductCreated](), reflect.TypeFor[productCreatedV1](), reflect.TypeFor[ProductUpdated](),
+		reflect.TypeFor[ProductPriceChanged](), reflect.TypeFor[ProductDiscontinued](), reflect.TypeFor[ProductDeleted](),
+		reflect.TypeFor[OrderPlaced](), reflect.TypeFor[OrderConfirmed](), reflect.TypeFor[OrderShipped](), reflect.TypeFor[OrderCancelled](),
+	} {
+		walk(t)
+	}
+	return fields
+}()
 
 // foldKey maps every rune of s to the smallest rune of its case-folding
 // orbit, so that keys equal under strings.EqualFold get the same foldKey.

@@ -143,7 +143,7 @@ func (p *Projector) apply(ctx context.Context, items []*item, ahead *lookAhead) 
 			return nil, notRetriedIfTooLarge(err)
 		}
 		if ahead != nil {
-			graph, _ = ahead.merge(graph, nil)
+			graph, _ = ahead.merge(graph, graphmodel.SingleTargets{})
 		}
 		accepted, refused := newAdmission(model, graph).admit(items)
 		// Every Single relationship a row writes has its stale edges removed

@@ -85,7 +85,7 @@ func (r *Relay) Config() Config { return r.cfg }
 func (r *Relay) Run(ctx context.Context) error {
 	waker, err := r.newWaker(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return nil // stopped while it prepared: nothing was claimed
 		}
 		return err
