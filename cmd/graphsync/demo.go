@@ -201,16 +201,10 @@ func printSummary(ctx context.Context, out io.Writer, pool *pgxpool.Pool, driver
 		return fmt.Errorf("summary: read Neo4j nodes: %w", err)
 	}
 	for _, r := range nodeRows {
-		// Cypher finds tenant_id 1.0 IN [1]: the queries leave out a node
-		// another writer gave a float tenant id, and a value that is still
-		// not an integer is skipped rather than trusted.
-		tenant, _, err1 := neo4j.GetRecordValue[int64](r, "tenant")
-		n, _, err2 := neo4j.GetRecordValue[int64](r, "n")
-		if err1 != nil || err2 != nil {
-			continue
+		if tenant, n, ok := tenantCount(r); ok {
+			label, _ := r.Get("label")
+			get(tenant).nodes[fmt.Sprint(label)] = n
 		}
-		label, _ := r.Get("label")
-		get(tenant).nodes[fmt.Sprint(label)] = n
 	}
 	relRows, err := neo4j.ExecuteRead(ctx, session, func(tx neo4j.ManagedTransaction) ([]*neo4j.Record, error) {
 		res, err := tx.Run(ctx, `MATCH (a)-[r]->() WHERE a.tenant_id IN $ids AND valueType(a.tenant_id) STARTS WITH 'INTEGER'
@@ -224,13 +218,10 @@ func printSummary(ctx context.Context, out io.Writer, pool *pgxpool.Pool, driver
 		return fmt.Errorf("summary: read Neo4j relationships: %w", err)
 	}
 	for _, r := range relRows {
-		tenant, _, err1 := neo4j.GetRecordValue[int64](r, "tenant")
-		n, _, err2 := neo4j.GetRecordValue[int64](r, "n")
-		if err1 != nil || err2 != nil {
-			continue // as for nodes
+		if tenant, n, ok := tenantCount(r); ok {
+			typ, _ := r.Get("type")
+			get(tenant).rels[fmt.Sprint(typ)] = n
 		}
-		typ, _ := r.Get("type")
-		get(tenant).rels[fmt.Sprint(typ)] = n
 	}
 	stats, err := relay.ReadStats(ctx, pool)
 	if err != nil {
@@ -251,6 +242,16 @@ func printSummary(ctx context.Context, out io.Writer, pool *pgxpool.Pool, driver
 	fmt.Fprintf(out, "outbox: lag %.1fs, DLQ %d, blocked aggregates %d, waiting aggregates %d\n",
 		stats.LagSeconds, stats.DLQDepth, stats.BlockedAggregates, stats.WaitingAggregates)
 	return nil
+}
+
+// tenantCount reads a summary row's tenant and count. Cypher finds
+// tenant_id 1.0 IN [1]: the queries leave out a node another writer gave a
+// float tenant id, and a value that is still not an integer is skipped
+// rather than trusted.
+func tenantCount(r *neo4j.Record) (tenant, n int64, ok bool) {
+	tenant, _, err1 := neo4j.GetRecordValue[int64](r, "tenant")
+	n, _, err2 := neo4j.GetRecordValue[int64](r, "n")
+	return tenant, n, err1 == nil && err2 == nil
 }
 
 func formatCounts(counts map[string]int64) string {
