@@ -167,21 +167,29 @@ type catalogEntry struct {
 	// "a.b" is checked only when "a" is present, "a[].b" for every element.
 	required []string
 	decode   func(payload []byte, doc map[string]any) (Event, error)
+	// shape is the type decode reads the payload into: its fields' JSON
+	// names are the keys the case check guards (eventFields).
+	shape reflect.Type
+}
+
+// entryOf is a catalog entry whose payload decodes straight into T.
+func entryOf[T Event](aggregateType string, required []string) catalogEntry {
+	return catalogEntry{aggregateType, required, decodeAs[T], reflect.TypeFor[T]()}
 }
 
 var catalog = map[string]map[int16]catalogEntry{
 	TypeProductCreated: {
-		1: {AggregateProduct, productCreatedV1Required, upcastProductCreatedV1},
-		2: {AggregateProduct, productRequired, decodeAs[ProductCreated]},
+		1: {AggregateProduct, productCreatedV1Required, upcastProductCreatedV1, reflect.TypeFor[productCreatedV1]()},
+		2: entryOf[ProductCreated](AggregateProduct, productRequired),
 	},
-	TypeProductUpdated:      {1: {AggregateProduct, productRequired, decodeAs[ProductUpdated]}},
-	TypeProductPriceChanged: {1: {AggregateProduct, productRequired, decodeAs[ProductPriceChanged]}},
-	TypeProductDiscontinued: {1: {AggregateProduct, productRequired, decodeAs[ProductDiscontinued]}},
-	TypeProductDeleted:      {1: {AggregateProduct, []string{"version"}, decodeAs[ProductDeleted]}},
-	TypeOrderPlaced:         {1: {AggregateOrder, orderPlacedRequired, decodeAs[OrderPlaced]}},
-	TypeOrderConfirmed:      {1: {AggregateOrder, slices.Concat(orderRequired, []string{"confirmed_at"}), decodeAs[OrderConfirmed]}},
-	TypeOrderShipped:        {1: {AggregateOrder, slices.Concat(orderRequired, []string{"shipped_at"}), decodeAs[OrderShipped]}},
-	TypeOrderCancelled:      {1: {AggregateOrder, slices.Concat(orderRequired, []string{"cancelled_at"}), decodeAs[OrderCancelled]}},
+	TypeProductUpdated:      {1: entryOf[ProductUpdated](AggregateProduct, productRequired)},
+	TypeProductPriceChanged: {1: entryOf[ProductPriceChanged](AggregateProduct, productRequired)},
+	TypeProductDiscontinued: {1: entryOf[ProductDiscontinued](AggregateProduct, productRequired)},
+	TypeProductDeleted:      {1: entryOf[ProductDeleted](AggregateProduct, []string{"version"})},
+	TypeOrderPlaced:         {1: entryOf[OrderPlaced](AggregateOrder, orderPlacedRequired)},
+	TypeOrderConfirmed:      {1: entryOf[OrderConfirmed](AggregateOrder, slices.Concat(orderRequired, []string{"confirmed_at"}))},
+	TypeOrderShipped:        {1: entryOf[OrderShipped](AggregateOrder, slices.Concat(orderRequired, []string{"shipped_at"}))},
+	TypeOrderCancelled:      {1: entryOf[OrderCancelled](AggregateOrder, slices.Concat(orderRequired, []string{"cancelled_at"}))},
 }
 
 func knownVersions(versions map[int16]catalogEntry) string {
@@ -286,8 +294,8 @@ func caseTwins(v any, at string) (string, string, bool) {
 	return "", "", false
 }
 
-// eventFields are the folded JSON names of every field an event type of
-// the catalog decodes, at any depth.
+// eventFields are the folded JSON names of every field a catalog entry
+// decodes (its shape), at any depth.
 var eventFields = func() map[string]bool {
 	fields := map[string]bool{}
 	var walk func(t reflect.Type)
@@ -314,12 +322,10 @@ var eventFields = func() map[string]bool {
 			walk(f.Type)
 		}
 	}
-	for _, t := range []reflect.Type{
-		reflect.TypeFor[ProductCreated](), reflect.TypeFor[productCreatedV1](), reflect.TypeFor[ProductUpdated](),
-		reflect.TypeFor[ProductPriceChanged](), reflect.TypeFor[ProductDiscontinued](), reflect.TypeFor[ProductDeleted](),
-		reflect.TypeFor[OrderPlaced](), reflect.TypeFor[OrderConfirmed](), reflect.TypeFor[OrderShipped](), reflect.TypeFor[OrderCancelled](),
-	} {
-		walk(t)
+	for _, versions := range catalog {
+		for _, entry := range versions {
+			walk(entry.shape)
+		}
 	}
 	return fields
 }()
