@@ -87,7 +87,10 @@ func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 			continue
 		}
 		if what := personalData(got.props[k]); what != "" {
-			var repair *repairAction
+			// An allowlisted property is re-projected from its rows, which
+			// the row projection masks as sync does (another writer, or a
+			// graphsync before masking, left it); any other is removed.
+			repair := &repairAction{upsert: upsert}
 			if !allowed {
 				repair = &repairAction{removeProp: k}
 			}

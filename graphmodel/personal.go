@@ -8,7 +8,9 @@ import (
 // Personal data the graph must not hold. The allowlist keeps personal
 // columns (customers' e-mail, name, phone) out of it; these patterns catch
 // what a producer typed into free text anyway (a product description with a
-// contact address, say): drift reports it, the retrieval context masks it.
+// contact address, say): every projection masks it before it is written
+// (WithoutPersonalData), drift reports it where another writer left it, and
+// the retrieval context masks it again.
 var (
 	// Letters and digits of any script: an address may be internationalised.
 	emailLike = regexp.MustCompile(`[\p{L}\p{N}._%+\-]+@[\p{L}\p{N}\-]+(\.[\p{L}\p{N}\-]+)*\.\p{L}{2,}`)
@@ -38,3 +40,79 @@ func MaskPersonalData(text string) string {
 	text = emailLike.ReplaceAllString(text, "[e-mail removed]")
 	return phoneLike.ReplaceAllString(text, "[phone number removed]")
 }
+
+// WithoutPersonalData is ms with every e-mail address and phone number in
+// its string properties, of nodes and of relationships, masked
+// (MaskPersonalData). Every projection (sync's events, and the row
+// projection that rebuild and drift use) passes its mutations through it,
+// so the graph holds none and both sides of a drift check mask alike. ms
+// is not changed: a property map that needs masking is copied.
+func (ms Mutations) WithoutPersonalData() Mutations {
+	out := ms
+	out.Nodes = make([]NodeUpsert, len(ms.Nodes))
+	for i, n := range ms.Nodes {
+		out.Nodes[i] = n.WithoutPersonalData()
+	}
+	out.Rels = make([]RelUpsert, len(ms.Rels))
+	for i, r := range ms.Rels {
+		r.Props = maskedProps(r.Props)
+		out.Rels[i] = r
+	}
+	return out
+}
+
+// WithoutPersonalData is u with personal data in its string properties
+// masked (Mutations.WithoutPersonalData).
+func (u NodeUpsert) WithoutPersonalData() NodeUpsert {
+	u.Props = maskedProps(u.Props)
+	return u
+}
+
+// maskedProps is props, or a copy of it with its string values masked when
+// one of them holds personal data.
+func maskedProps(props map[string]any) map[string]any {
+	var out map[string]any
+	for k, v := range props {
+		text, ok := v.(string)
+		if !ok || !mayHoldPersonalData(text) {
+			continue
+		}
+		masked := MaskPersonalData(text)
+		if masked == text {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]any, len(props))
+			for k2, v2 := range props {
+				out[k2] = v2
+			}
+		}
+		out[k] = masked
+	}
+	if out == nil {
+		return props
+	}
+	return out
+}
+
+// mayHoldPersonalData is a cheap test that lets most text skip the patterns:
+// an address needs an @, and the shortest phone number the patterns match
+// has six digits (\d is ASCII in Go's regexp).
+func mayHoldPersonalData(text string) bool {
+	if strings.IndexByte(text, '@') >= 0 {
+		return true
+	}
+	digits := 0
+	for i := 0; i < len(text); i++ {
+		if text[i] >= '0' && text[i] <= '9' {
+			digits++
+			if digits >= minPhoneDigits {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// minPhoneDigits is the fewest digits phoneLike matches: "+1 2 34 56".
+const minPhoneDigits = 6

@@ -34,3 +34,44 @@ func TestPersonalData(t *testing.T) {
 		}
 	}
 }
+
+// The cheap test in front of the patterns never lets personal data through:
+// every text the patterns match passes it, down to the shortest number.
+func TestMayHoldPersonalDataKeepsEveryMatch(t *testing.T) {
+	for _, text := range []string{"+1 2 34 56", "(01) 234 567", "555-123-4567", "a@b.de", "+44 20 7946 0958"} {
+		if PersonalData(text) != "" && !mayHoldPersonalData(text) {
+			t.Errorf("%q holds %s, but the cheap test skips it", text, PersonalData(text))
+		}
+	}
+	if PersonalData("+1 2 34 56") == "" {
+		t.Fatal("the shortest phone number minPhoneDigits assumes no longer matches: update it")
+	}
+	for _, text := range []string{"+1 2 34 5", "SKU-12345", "no digits here"} {
+		if PersonalData(text) != "" || mayHoldPersonalData(text) {
+			t.Errorf("%q: PersonalData %q, cheap test %v; want neither", text, PersonalData(text), mayHoldPersonalData(text))
+		}
+	}
+}
+
+// Masking copies a property map it changes and leaves the caller's alone,
+// and leaves values that are not text as they are.
+func TestWithoutPersonalDataCopies(t *testing.T) {
+	props := map[string]any{"description": "mail a@example.org", "price_cents": int64(5), "name": "Mug"}
+	rel := map[string]any{"note": "call 555-123-4567"}
+	ms := Mutations{Nodes: []NodeUpsert{{Label: LabelProduct, Props: props}}, Rels: []RelUpsert{{Type: RelContains, Props: rel}}}
+	out := ms.WithoutPersonalData()
+	if props["description"] != "mail a@example.org" || rel["note"] != "call 555-123-4567" {
+		t.Fatalf("the caller's maps changed: %v %v", props, rel)
+	}
+	got := out.Nodes[0].Props
+	if got["description"] != "mail [e-mail removed]" || got["price_cents"] != int64(5) || got["name"] != "Mug" {
+		t.Errorf("node props = %v", got)
+	}
+	if note := out.Rels[0].Props["note"]; note != "call [phone number removed]" {
+		t.Errorf("relationship note = %v", note)
+	}
+	clean := map[string]any{"name": "Mug 350 ml"}
+	if masked := (NodeUpsert{Props: clean}).WithoutPersonalData().Props; len(masked) != 1 || masked["name"] != "Mug 350 ml" {
+		t.Errorf("clean props = %v", masked)
+	}
+}

@@ -47,7 +47,9 @@ func eventName(m relay.Message) string {
 
 // translate maps a decoded event to the mutations and references that make
 // the graph reflect it. It is pure: the graph model's allowlist decides which
-// fields become properties, here spelled out per event type.
+// fields become properties, here spelled out per event type, and e-mail
+// addresses and phone numbers in their text are masked
+// (graphmodel.Mutations.WithoutPersonalData).
 func translate(m relay.Message, ev events.Event) (*item, error) {
 	it := &item{msg: m, name: eventName(m)}
 	tenantID := m.TenantID
@@ -94,6 +96,9 @@ func translate(m relay.Message, ev events.Event) (*item, error) {
 		// events.Decode only returns catalog types; a new one must be added here.
 		return nil, &rejection{kind: ErrInvalidEvent, msg: fmt.Sprintf("%s: the projector has no translation for %T", it.name, ev)}
 	}
+	// Free text may hold what a producer typed into it (a contact address
+	// in a description): masked here, for events and rows alike.
+	it.mut = it.mut.WithoutPersonalData()
 	return it, nil
 }
 

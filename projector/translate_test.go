@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -182,6 +183,66 @@ func TestPersonalDataNeverReachesMutations(t *testing.T) {
 		if strings.Contains(rendered, value) {
 			t.Fatalf("personal data %q reached the mutations: %s", value, rendered)
 		}
+	}
+}
+
+// What a producer typed into free text is masked before it is written, in
+// every string property of every node an event or a row writes, and the
+// row projection (drift, rebuild) masks exactly as the events do.
+func TestPersonalDataInFreeTextIsMasked(t *testing.T) {
+	const email, phone = "ask.planted@example.org", "+44 20 7946 0958"
+	ids := &ids{tenant: 5}
+	p := newTestProjector(t)
+	state := product(7, 1, "Mug", 3, "Kitchen", 1999, "active")
+	state.Name = "Mug " + phone
+	state.Description = "Write to " + email + " for a quote."
+	state.SKU = "MUG-" + email
+	state.Category.Name = "Kitchen (" + email + ")"
+	placed := orderPlaced(9, 11, events.OrderLine{LineNo: 1, ProductID: 7, Quantity: 1})
+	placed.Customer.Segment = "vip " + phone
+	var written []graphmodel.Mutations
+	for _, ev := range []events.Event{events.ProductCreated{ProductState: state}, placed} {
+		it, err := p.prepare(ids.message(t, ev))
+		if err != nil {
+			t.Fatal(err)
+		}
+		written = append(written, it.mut)
+	}
+	row := ProductRow{ID: state.ID, Version: state.Version, SKU: state.SKU, Name: state.Name, Description: state.Description,
+		CategoryID: &state.Category.ID, CategoryName: state.Category.Name, PriceCents: state.PriceCents, Currency: state.Currency, Status: state.Status}
+	fromRow, err := ProjectProductRow(5, row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	written = append(written, fromRow, graphmodel.Mutations{Nodes: []graphmodel.NodeUpsert{
+		ProjectCategoryRow(5, 3, state.Category.Name), ProjectCustomerRow(5, 11, placed.Customer.Segment, "GB")}})
+	for _, mut := range written {
+		rendered := fmt.Sprintf("%+v", mut)
+		for _, personal := range []string{email, phone, "@", "7946"} {
+			if strings.Contains(rendered, personal) {
+				t.Errorf("%q reached the mutations: %s", personal, rendered)
+			}
+		}
+	}
+	// The masked text keeps the rest, and events and rows agree on it.
+	for _, n := range written[0].Nodes {
+		if n.Label == graphmodel.LabelProduct && n.Props["description"] != "Write to [e-mail removed] for a quote." {
+			t.Errorf("description written as %q", n.Props["description"])
+		}
+	}
+	propsOf := func(mut graphmodel.Mutations) map[string]map[string]any {
+		props := map[string]map[string]any{}
+		for _, n := range mut.Nodes {
+			props[n.Label] = n.Props
+		}
+		return props
+	}
+	if got, want := propsOf(fromRow), propsOf(written[0]); !reflect.DeepEqual(got, want) {
+		t.Errorf("the row projection writes\n %v\nthe event\n %v", got, want)
+	}
+	// The event as the producer wrote it is left as it was.
+	if !strings.Contains(state.Description, email) {
+		t.Error("masking changed the decoded event")
 	}
 }
 

@@ -17,9 +17,10 @@ import (
 )
 
 // From the business tables through sync to the context an LLM is handed:
-// personal data planted in PostgreSQL reaches neither the graph nor the
-// context, and the context follows a product's description once sync has
-// caught up.
+// personal data planted in PostgreSQL (the customer's columns, and an
+// e-mail address typed into a description) reaches neither the graph nor
+// the context, and the context follows a product's description once sync
+// has caught up.
 func TestContextThroughSync(t *testing.T) {
 	ctx := context.Background()
 	pgURL, pool := teststack.FreshDatabase(t)
@@ -30,7 +31,7 @@ func TestContextThroughSync(t *testing.T) {
 	var tenant, category, product, customer, order int64
 	const email, fullName, phone = "ada.planted@example.org", "Ada Plantagenet", "+44 20 7946 0958"
 	placedAt := time.Now().UTC().Truncate(time.Millisecond)
-	product0 := events.ProductState{SKU: "TP-1", Name: "Stoneware Teapot", Description: "Teapot with a bamboo lid.",
+	product0 := events.ProductState{SKU: "TP-1", Name: "Stoneware Teapot", Description: "Teapot with a bamboo lid. Trade orders: ada.planted@example.org",
 		PriceCents: 3450, Currency: "EUR", Status: events.ProductStatusActive, Version: 1}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('context') RETURNING id`).Scan(&tenant); err != nil {
