@@ -19,19 +19,15 @@ import (
 // on a label, type or property key outside the model, on a value of the wrong
 // type and on ids that are not positive.
 //
-// current, when not nil, says where Single relationships point now; removal
-// rows are then emitted only for edges that must change, so the removal
-// statement (whose DELETE Neo4j plans with an Eager) runs only when needed.
-//
 // It is Rows then StatementsOf: a caller that has the rows of each event
 // ahead of time (the projector makes them before its transaction) only
 // groups them.
-func (b *Builder) Statements(mut graphmodel.Mutations, current graphmodel.SingleTargets) ([]Statement, error) {
+func (b *Builder) Statements(mut graphmodel.Mutations) ([]Statement, error) {
 	rows, err := b.Rows(mut)
 	if err != nil {
 		return nil, err
 	}
-	return b.StatementsOf([]*Rows{rows}, current), nil
+	return b.StatementsOf([]*Rows{rows}), nil
 }
 
 // Rows is mutations checked against the model and shaped into statement
@@ -63,7 +59,6 @@ func newNodeRow(label string, tenantID, id int64, guard graphmodel.Guard) nodeRo
 type relRow struct {
 	rel  graphmodel.Relationship
 	key  any // singleKey or factKey
-	from graphmodel.RelFrom
 	toID int64
 	row  map[string]any
 }
@@ -121,7 +116,7 @@ func (b *Builder) Rows(mut graphmodel.Mutations) (*Rows, error) {
 		if err != nil {
 			return nil, err
 		}
-		row := relRow{rel: rel, from: graphmodel.RelFrom{Type: r.Type, TenantID: r.TenantID, FromID: r.FromID}, toID: r.ToID, row: map[string]any{
+		row := relRow{rel: rel, toID: r.ToID, row: map[string]any{
 			graphmodel.KeyTenantID: r.TenantID,
 			"from_id":              r.FromID,
 			"to_id":                nilIfZero(r.ToID),
@@ -142,7 +137,7 @@ func (b *Builder) Rows(mut graphmodel.Mutations) (*Rows, error) {
 
 // StatementsOf groups the rows of a batch's events, in batch order, into
 // statements (see Statements).
-func (b *Builder) StatementsOf(batch []*Rows, current graphmodel.SingleTargets) []Statement {
+func (b *Builder) StatementsOf(batch []*Rows) []Statement {
 	tenants := map[int64]bool{}
 	var tenantRows []any
 	upserts := map[string]*rowSet{}
@@ -169,9 +164,11 @@ func (b *Builder) StatementsOf(batch []*Rows, current graphmodel.SingleTargets) 
 			case !r.rel.Single:
 				rowSetFor(merges, r.rel.Type).replace(r.key, r.row)
 			default:
-				if current == nil || hasStale(current[r.from], r.toID) {
-					rowSetFor(clears, r.rel.Type).replace(r.key, r.row)
-				}
+				// A Single relationship's stale edges are removed by every
+				// row that writes it, under the lock its From node's upsert
+				// took: a reading of the graph before that lock could be out
+				// of date (another writer may have moved the edge since).
+				rowSetFor(clears, r.rel.Type).replace(r.key, r.row)
 				if r.toID != 0 {
 					rowSetFor(merges, r.rel.Type).replace(r.key, r.row)
 				}
@@ -211,17 +208,6 @@ func (b *Builder) StatementsOf(batch []*Rows, current graphmodel.SingleTargets) 
 		}
 	}
 	return stmts
-}
-
-// hasStale reports whether any current target differs from the wanted one
-// (0: none wanted).
-func hasStale(targets []int64, toID int64) bool {
-	for _, target := range targets {
-		if target != toID {
-			return true
-		}
-	}
-	return false
 }
 
 func checkIDs(owner string, tenantID, id int64) error {

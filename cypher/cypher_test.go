@@ -88,7 +88,7 @@ func sampleMutations() graphmodel.Mutations {
 }
 
 func TestStatementsGolden(t *testing.T) {
-	stmts, err := newBuilder(t).Statements(sampleMutations(), nil)
+	stmts, err := newBuilder(t).Statements(sampleMutations())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func jsonString(v any) string {
 func TestStatementsOfEventsEqualsStatementsOfTheBatch(t *testing.T) {
 	b := newBuilder(t)
 	mut := sampleMutations()
-	whole, err := b.Statements(mut, nil)
+	whole, err := b.Statements(mut)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,14 +140,14 @@ func TestStatementsOfEventsEqualsStatementsOfTheBatch(t *testing.T) {
 		}
 		perEvent = append(perEvent, rows)
 	}
-	if got := b.StatementsOf(perEvent, nil); !reflect.DeepEqual(got, whole) {
+	if got := b.StatementsOf(perEvent); !reflect.DeepEqual(got, whole) {
 		t.Fatalf("statements of per-event rows differ from the batch's:\n%v\nwant\n%v", got, whole)
 	}
 }
 
 func TestStatementsReuseText(t *testing.T) {
 	b := newBuilder(t)
-	first, err := b.Statements(sampleMutations(), nil)
+	first, err := b.Statements(sampleMutations())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestStatementsRejectOutsideModel(t *testing.T) {
 	b := newBuilder(t)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := b.Statements(tc.mut, nil)
+			_, err := b.Statements(tc.mut)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error = %v, want one containing %q", err, tc.want)
 			}
@@ -196,40 +196,6 @@ func TestNewBuilderRejectsBadModel(t *testing.T) {
 	}}
 	if _, err := NewBuilder(bad); err == nil {
 		t.Fatal("NewBuilder accepted a label that is not a plain identifier")
-	}
-}
-
-// With the graph's current Single targets known, removal rows are emitted
-// only for nodes whose edge must change.
-func TestStatementsSkipUnchangedSingleEdges(t *testing.T) {
-	b := newBuilder(t)
-	rel := func(from, to int64) graphmodel.RelUpsert {
-		return graphmodel.RelUpsert{Type: graphmodel.RelInCategory, TenantID: 1, FromID: from, ToID: to, OutboxID: from}
-	}
-	mut := graphmodel.Mutations{Rels: []graphmodel.RelUpsert{rel(1, 3), rel(2, 3), rel(4, 0), rel(5, 0), rel(6, 3)}}
-	current := graphmodel.SingleTargets{
-		{Type: graphmodel.RelInCategory, TenantID: 1, FromID: 1}: {3}, // unchanged
-		{Type: graphmodel.RelInCategory, TenantID: 1, FromID: 2}: {4}, // moves to 3
-		{Type: graphmodel.RelInCategory, TenantID: 1, FromID: 4}: {3}, // loses its category
-		// 5 had none and gets none; 6 had none and gets 3
-	}
-	stmts, err := b.Statements(mut, current)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cleared []any
-	for _, s := range stmts {
-		if strings.HasSuffix(s.Text, "DELETE r") {
-			for _, row := range s.Params["rows"].([]any) {
-				cleared = append(cleared, row.(map[string]any)["from_id"])
-			}
-		}
-	}
-	if jsonString(cleared) != "[2,4]" {
-		t.Fatalf("removal rows for %v, want products 2 and 4", cleared)
-	}
-	if stmts, _ := b.Statements(graphmodel.Mutations{Rels: []graphmodel.RelUpsert{rel(1, 3)}}, current); len(stmts) != 1 {
-		t.Fatalf("an unchanged edge needs only its merge statement, got %d statements", len(stmts))
 	}
 }
 
@@ -284,7 +250,7 @@ func TestNodeRowsInKeyOrder(t *testing.T) {
 		mut.Deletes = append(mut.Deletes, graphmodel.NodeDelete{Label: graphmodel.LabelProduct, TenantID: k[0], ID: k[1] + 100,
 			Guard: graphmodel.Guard{Version: 2, OutboxID: 10}})
 	}
-	stmts, err := newBuilder(t).Statements(mut, nil)
+	stmts, err := newBuilder(t).Statements(mut)
 	if err != nil {
 		t.Fatal(err)
 	}

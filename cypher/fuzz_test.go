@@ -33,7 +33,7 @@ func FuzzStatements(f *testing.F) {
 				{Type: relType, TenantID: tenantID, FromID: id, ToID: id, Props: map[string]any{key: value}},
 			},
 		}
-		stmts, err := b.Statements(mut, nil)
+		stmts, err := b.Statements(mut)
 		if err != nil {
 			return // refused as a whole: nothing to run
 		}

@@ -19,7 +19,7 @@ func TestBatchText(t *testing.T) {
 // StatementsOf said.
 func TestBatchCarriesEveryStatement(t *testing.T) {
 	b := newBuilder(t)
-	stmts, err := b.Statements(sampleMutations(), nil)
+	stmts, err := b.Statements(sampleMutations())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,16 +8,11 @@ import (
 )
 
 // OwnersQuery finds which tenant holds given ids, across tenants, for every
-// non-tenant label and tombstone label of the model, and where given nodes'
-// Single relationships point now. Its lists are one list of ids per label,
-// named by OwnersParam(label), and one list of From ids per Single
-// relationship type, named by TargetsParam(type): only the nodes whose
-// relationship a batch rewrites need it. They are passed in one map
-// parameter (OwnersParams). It returns one row per label and
-// Single relationship type, (kind, ids, tenant_ids, targets) with lists of
-// equal length: kind is a label, ids the nodes found and tenant_ids their
-// tenants, targets null; or kind is a Single relationship type, ids its From
-// nodes, tenant_ids theirs and targets its To nodes' ids. (Lists, not a row
+// non-tenant label and tombstone label of the model. Its lists are one list
+// of ids per label, named by OwnersParam(label), passed in one map parameter
+// (OwnersParams). It returns one row per label, (kind, ids, tenant_ids) with
+// lists of equal length: kind is the label, ids the nodes found and
+// tenant_ids their tenants. (Lists, not a row
 // per node: a chunk of 2000 events looks up some 9,000 ids, and a row each
 // costs twice the time. A node without a tenant or id counts as held by
 // tenant -1, which is nobody's.) Business ids are unique across tenants in
@@ -31,15 +26,8 @@ func ownersQueryText(b *Builder) string {
 		if l, ok := b.labels[label]; ok && l.Role == graphmodel.RoleTenant {
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("UNWIND $%s.%s AS id\nMATCH (n:%s {%s: id})\nRETURN '%s' AS kind, collect(n.%s) AS ids, collect(coalesce(n.%s, -1)) AS tenant_ids, null AS targets",
+		parts = append(parts, fmt.Sprintf("UNWIND $%s.%s AS id\nMATCH (n:%s {%s: id})\nRETURN '%s' AS kind, collect(n.%s) AS ids, collect(coalesce(n.%s, -1)) AS tenant_ids",
 			ownersMapParam, OwnersParam(label), label, graphmodel.KeyID, label, graphmodel.KeyID, graphmodel.KeyTenantID))
-	}
-	for _, r := range b.model.Relationships {
-		if !r.Single {
-			continue
-		}
-		parts = append(parts, fmt.Sprintf("UNWIND $%s.%s AS id\nMATCH (n:%s {%s: id})-[:%s]->(m:%s)\nRETURN '%s' AS kind, collect(n.%s) AS ids, collect(coalesce(n.%s, -1)) AS tenant_ids, collect(coalesce(m.%s, -1)) AS targets",
-			ownersMapParam, TargetsParam(r.Type), r.From, graphmodel.KeyID, r.Type, r.To, r.Type, graphmodel.KeyID, graphmodel.KeyTenantID, graphmodel.KeyID))
 	}
 	return strings.Join(parts, "\nUNION ALL\n")
 }
@@ -48,7 +36,7 @@ func ownersQueryText(b *Builder) string {
 const ownersMapParam = "owners"
 
 // OwnersParams returns OwnersQuery's parameters for lists keyed by
-// OwnersParam and TargetsParam. The lists go in one map parameter rather
+// OwnersParam. The lists go in one map parameter rather
 // than a parameter each: Neo4j caches a plan per size class of every list
 // parameter (0, 1, up to 10, 100, 1000, more), so with a parameter per list
 // each new combination of sizes in a batch was planned again, some 100 ms
@@ -61,10 +49,6 @@ func OwnersParams(lists map[string]any) map[string]any {
 
 // OwnersParam is the key of the OwnersQuery list holding the ids looked up for label.
 func OwnersParam(label string) string { return "ids_" + label }
-
-// TargetsParam is the key of the OwnersQuery list holding the From ids whose
-// Single relationship relType is looked up.
-func TargetsParam(relType string) string { return "from_" + relType }
 
 // DumpNodesQuery returns every node of label in tenant $tenant_id with its
 // properties (label is a model or tombstone label). The id predicate lets the

@@ -62,16 +62,3 @@ type RelUpsert struct {
 	// Props holds the relationship's key and allowlisted properties.
 	Props map[string]any
 }
-
-// RelFrom names the Single relationships of one type leaving one node.
-type RelFrom struct {
-	Type     string
-	TenantID int64
-	FromID   int64
-}
-
-// SingleTargets are the ids the graph's Single relationships point at now,
-// read in the same transaction before writing. With them the cypher builder
-// emits removals only for edges that must change; without (nil) it asks for
-// every node's stale edges to be removed.
-type SingleTargets map[RelFrom][]int64

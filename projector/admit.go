@@ -155,10 +155,8 @@ func (a *admission) check(it *item) error {
 }
 
 // ownersParams is the OwnersQuery's parameters for items: per label, the
-// ids they name (each label's tombstone label is asked for the same ids);
-// per Single relationship type, the From ids whose relationship they write.
-// keep, when not nil, narrows it to the nodes (a From node, for a Single
-// relationship) it returns true for.
+// ids they name (each label's tombstone label is asked for the same ids).
+// keep, when not nil, narrows it to the nodes it returns true for.
 func ownersParams(model graphmodel.Model, items []*item, keep func(labelID) bool) map[string]any {
 	tombstones := map[string]string{}
 	for _, l := range model.Labels {
@@ -182,14 +180,6 @@ func ownersParams(model graphmodel.Model, items []*item, keep func(labelID) bool
 	}
 	for _, label := range cypher.Labels(model) {
 		params[cypher.OwnersParam(label)] = []any{}
-	}
-	// The lookup's Single targets stay empty: read before the batch locks
-	// its nodes, they could be stale, so the batch removes every stale edge
-	// under the lock instead (Projector.apply).
-	for _, r := range model.Relationships {
-		if r.Single {
-			params[cypher.TargetsParam(r.Type)] = []any{}
-		}
 	}
 	for _, it := range items {
 		for _, r := range it.refs {

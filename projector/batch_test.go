@@ -33,7 +33,7 @@ func TestBatchReportsAMissingEndpoint(t *testing.T) {
 				Props: map[string]any{"status": "placed", "currency": "EUR", "total_cents": int64(200)}},
 		},
 		Rels: []graphmodel.RelUpsert{line(1, product), line(2, missing)},
-	}, nil)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

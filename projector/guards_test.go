@@ -43,7 +43,7 @@ func TestGuardsSeeConcurrentWrites(t *testing.T) {
 	}
 	events := func(t *testing.T, mut graphmodel.Mutations) []cypher.Statement {
 		t.Helper()
-		stmts, err := b.Statements(mut, nil)
+		stmts, err := b.Statements(mut)
 		if err != nil {
 			t.Fatal(err)
 		}

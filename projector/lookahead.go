@@ -5,23 +5,18 @@ import (
 	"fmt"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
-
-	"graphsync/graphmodel"
 )
 
 // lookAhead is a batch's owner lookup read before its write transaction,
 // while the batch before it was being written, and what that batch may have
 // changed of it.
 type lookAhead struct {
-	graph   owners
-	current graphmodel.SingleTargets
+	graph owners
 	// touched are the nodes, by label and id, that the batch in flight
 	// during the read upserts or deletes (tombstones included): the only
-	// ones whose owners, existence or Single targets the read may have
-	// missed a change of. The write transaction reads them again.
+	// ones whose owners or existence the read may have missed a change of.
+	// The write transaction reads them again.
 	touched map[labelID]bool
-	// fromLabel is each Single relationship type's From label.
-	fromLabel map[string]string
 }
 
 // LookAhead does the owner lookup of prep's next delivery now, in a read
@@ -43,23 +38,13 @@ func (p *Projector) LookAhead(ctx context.Context, prep, inFlight *Prepared) err
 	model := p.builder.Model()
 	session := p.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeRead, DatabaseName: p.cfg.Database, FetchSize: neo4j.FetchAll})
 	defer closeSession(ctx, session)
-	type read struct {
-		graph   owners
-		current graphmodel.SingleTargets
-	}
-	r, err := neo4j.ExecuteRead(ctx, session, func(tx neo4j.ManagedTransaction) (read, error) {
-		graph, current, err := readOwners(ctx, tx, p.builder.OwnersQuery(), ownersParams(model, prep.items, nil))
-		return read{graph, current}, err
+	graph, err := neo4j.ExecuteRead(ctx, session, func(tx neo4j.ManagedTransaction) (owners, error) {
+		return readOwners(ctx, tx, p.builder.OwnersQuery(), ownersParams(model, prep.items, nil))
 	}, neo4j.WithTxTimeout(p.cfg.TxTimeout))
 	if err != nil {
 		return fmt.Errorf("projector: look ahead: %w", err)
 	}
-	ahead := &lookAhead{graph: r.graph, current: r.current, touched: map[labelID]bool{}, fromLabel: map[string]string{}}
-	for _, rel := range model.Relationships {
-		if rel.Single {
-			ahead.fromLabel[rel.Type] = rel.From
-		}
-	}
+	ahead := &lookAhead{graph: graph, touched: map[labelID]bool{}}
 	if inFlight != nil {
 		tombstones := map[string]string{}
 		for _, l := range model.Labels {
@@ -84,16 +69,11 @@ func (a *lookAhead) stale(node labelID) bool { return a.touched[node] }
 
 // merge is the read ahead with the touched nodes' entries replaced by the
 // transaction's reading of them.
-func (a *lookAhead) merge(graph owners, current graphmodel.SingleTargets) (owners, graphmodel.SingleTargets) {
+func (a *lookAhead) merge(graph owners) owners {
 	for key, tenants := range a.graph {
 		if !a.touched[key] {
 			graph[key] = tenants
 		}
 	}
-	for from, targets := range a.current {
-		if !a.touched[labelID{a.fromLabel[from.Type], from.FromID}] {
-			current[from] = targets
-		}
-	}
-	return graph, current
+	return graph
 }

@@ -138,22 +138,22 @@ func (p *Projector) apply(ctx context.Context, items []*item, ahead *lookAhead) 
 	defer closeSession(ctx, session)
 	var rejected map[int64]error
 	_, err := session.ExecuteWrite(ctx, func(tx neo4j.ManagedTransaction) (any, error) {
-		graph, _, err := readOwners(ctx, tx, ownersQuery, params)
+		graph, err := readOwners(ctx, tx, ownersQuery, params)
 		if err != nil {
 			return nil, notRetriedIfTooLarge(err)
 		}
 		if ahead != nil {
-			graph, _ = ahead.merge(graph, graphmodel.SingleTargets{})
+			graph = ahead.merge(graph)
 		}
 		accepted, refused := newAdmission(model, graph).admit(items)
 		// Every Single relationship a row writes has its stale edges removed
-		// (nil targets), under the lock its From node's upsert takes: the
-		// targets the lookup read came before that lock, and another writer
-		// may have moved the edge since (a relay whose lease ran out
-		// mid-delivery, a repair or rebuild beside sync); skipping the
-		// removal on them left a product in two categories
+		// under the lock its From node's upsert takes (cypher.StatementsOf):
+		// a lookup of the targets before that lock could be out of date, as
+		// another writer may have moved the edge since (a relay whose lease
+		// ran out mid-delivery, a repair or rebuild beside sync), and
+		// skipping the removal on it left a product in two categories
 		// (TestSingleRelationshipFollowsAWriteCommittedDuringTheBatch).
-		if stmts := p.builder.StatementsOf(statementRows(accepted), nil); len(stmts) > 0 {
+		if stmts := p.builder.StatementsOf(statementRows(accepted)); len(stmts) > 0 {
 			batch, err := p.builder.Batch(stmts)
 			if err != nil {
 				return nil, err
@@ -201,50 +201,38 @@ func closeSession(ctx context.Context, session neo4j.SessionWithContext) {
 	_ = session.Close(closeCtx)
 }
 
-// readOwners runs the builder's OwnersQuery: who holds each id, and where
-// the Single relationships of those nodes point now.
-func readOwners(ctx context.Context, tx neo4j.ManagedTransaction, query string, params map[string]any) (owners, graphmodel.SingleTargets, error) {
+// readOwners runs the builder's OwnersQuery: who holds each id.
+func readOwners(ctx context.Context, tx neo4j.ManagedTransaction, query string, params map[string]any) (owners, error) {
 	result, err := tx.Run(ctx, query, cypher.OwnersParams(params))
 	if err != nil {
-		return nil, nil, fmt.Errorf("look up id owners: %w", err)
+		return nil, fmt.Errorf("look up id owners: %w", err)
 	}
 	graph := owners{}
-	current := graphmodel.SingleTargets{}
 	for result.Next(ctx) {
 		record := result.Record()
 		kind, _, err1 := neo4j.GetRecordValue[string](record, "kind")
 		ids, _, err2 := neo4j.GetRecordValue[[]any](record, "ids")
 		tenantIDs, _, err3 := neo4j.GetRecordValue[[]any](record, "tenant_ids")
-		targets, isLabel, err4 := neo4j.GetRecordValue[[]any](record, "targets")
-		if err := errors.Join(err1, err2, err3, err4); err != nil {
-			return nil, nil, fmt.Errorf("look up id owners: %w", err)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return nil, fmt.Errorf("look up id owners: %w", err)
 		}
-		if len(tenantIDs) != len(ids) || (!isLabel && len(targets) != len(ids)) {
-			return nil, nil, fmt.Errorf("look up id owners: %s: %d ids, %d tenants, %d targets", kind, len(ids), len(tenantIDs), len(targets))
+		if len(tenantIDs) != len(ids) {
+			return nil, fmt.Errorf("look up id owners: %s: %d ids, %d tenants", kind, len(ids), len(tenantIDs))
 		}
 		for i := range ids {
 			id, ok1 := ids[i].(int64)
 			tenantID, ok2 := tenantIDs[i].(int64)
 			if !ok1 || !ok2 {
-				return nil, nil, fmt.Errorf("look up id owners: %s: a node without an integer id or tenant id", kind)
+				return nil, fmt.Errorf("look up id owners: %s: a node without an integer id or tenant id", kind)
 			}
-			if isLabel {
-				key := labelID{kind, id}
-				graph[key] = append(graph[key], tenantID)
-				continue
-			}
-			target, ok := targets[i].(int64)
-			if !ok {
-				return nil, nil, fmt.Errorf("look up id owners: %s: a target without an integer id", kind)
-			}
-			from := graphmodel.RelFrom{Type: kind, TenantID: tenantID, FromID: id}
-			current[from] = append(current[from], target)
+			key := labelID{kind, id}
+			graph[key] = append(graph[key], tenantID)
 		}
 	}
 	if err := result.Err(); err != nil {
-		return nil, nil, fmt.Errorf("look up id owners: %w", err)
+		return nil, fmt.Errorf("look up id owners: %w", err)
 	}
-	return graph, current, nil
+	return graph, nil
 }
 
 // runBatch runs a batch's statements in one round trip (cypher.Batch) and

@@ -56,7 +56,7 @@ func TestSingleRelationshipFollowsAWriteCommittedDuringTheBatch(t *testing.T) {
 			{Label: graphmodel.LabelProduct, TenantID: i.tenant, ID: productID, Guard: graphmodel.Guard{Version: 5, OutboxID: o5}, Props: map[string]any{"name": "kettle"}},
 		},
 		Rels: []graphmodel.RelUpsert{{Type: graphmodel.RelInCategory, TenantID: i.tenant, FromID: productID, ToID: cat2, OutboxID: o5}},
-	}, nil)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

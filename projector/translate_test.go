@@ -116,7 +116,7 @@ func TestTranslationFitsModel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := b.Statements(it.mut, nil); err != nil {
+			if _, err := b.Statements(it.mut); err != nil {
 				t.Fatal(err)
 			}
 		})
