@@ -87,10 +87,11 @@ func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 			continue
 		}
 		if what := personalData(got.props[k]); what != "" {
-			// An allowlisted property is re-projected from its rows, which
-			// the row projection masks as sync does (another writer, or a
-			// graphsync before masking, left it); any other is removed.
-			repair := &repairAction{upsert: upsert}
+			// In an allowlisted property: free text masks it at write, so
+			// another writer left it, and the node also reads as stale,
+			// whose repair re-projects it masked; in a code (a SKU) it
+			// comes from the rows, reported only. Any other is removed.
+			var repair *repairAction
 			if !allowed {
 				repair = &repairAction{removeProp: k}
 			}

@@ -65,6 +65,12 @@ type Property struct {
 	Type Type
 	// Source names the business column (and event field) it comes from.
 	Source string
+	// FreeText marks a string people type (a name, a description), as
+	// opposed to a code or identifier (a SKU, a currency): e-mail addresses
+	// and phone numbers in it are masked before it is written
+	// (Model.WithoutPersonalData). A code is written as it is; personal
+	// data in it is left for drift to report.
+	FreeText bool
 }
 
 // Role says how a label's nodes are written.
@@ -188,11 +194,11 @@ var Default = Model{
 	Labels: []Label{
 		{Name: LabelTenant, Role: RoleTenant},
 		{Name: LabelCategory, Role: RoleReference, Properties: []Property{
-			{Key: "name", Type: String, Source: "categories.name"},
+			{Key: "name", Type: String, Source: "categories.name", FreeText: true},
 		}},
 		{Name: LabelCustomer, Role: RoleReference,
 			Properties: []Property{
-				{Key: "segment", Type: String, Source: "customers.segment"},
+				{Key: "segment", Type: String, Source: "customers.segment", FreeText: true},
 				{Key: "country_code", Type: String, Source: "customers.country_code"},
 			},
 			Personal: []string{"email", "full_name", "name", "phone", "address"},
@@ -200,8 +206,8 @@ var Default = Model{
 		{Name: LabelProduct, Role: RoleAggregate, AggregateType: aggregateTypeProduct, Tombstone: LabelDeletedProduct,
 			Properties: []Property{
 				{Key: "sku", Type: String, Source: "products.sku"},
-				{Key: "name", Type: String, Source: "products.name"},
-				{Key: "description", Type: String, Source: "products.description"},
+				{Key: "name", Type: String, Source: "products.name", FreeText: true},
+				{Key: "description", Type: String, Source: "products.description", FreeText: true},
 				{Key: "price_cents", Type: Int, Source: "products.price_cents"},
 				{Key: "currency", Type: String, Source: "products.currency"},
 				{Key: "status", Type: String, Source: "products.status"},

@@ -8,9 +8,10 @@ import (
 // Personal data the graph must not hold. The allowlist keeps personal
 // columns (customers' e-mail, name, phone) out of it; these patterns catch
 // what a producer typed into free text anyway (a product description with a
-// contact address, say): every projection masks it before it is written
-// (WithoutPersonalData), drift reports it where another writer left it, and
-// the retrieval context masks it again.
+// contact address, say): every projection masks it in free text before it
+// is written (Model.WithoutPersonalData), drift reports it where another
+// writer left it or in a code (a SKU), and the retrieval context masks it
+// again.
 var (
 	// Letters and digits of any script: an address may be internationalised.
 	emailLike = regexp.MustCompile(`[\p{L}\p{N}._%+\-]+@[\p{L}\p{N}\-]+(\.[\p{L}\p{N}\-]+)*\.\p{L}{2,}`)
@@ -36,44 +37,62 @@ func PersonalData(text string) string {
 }
 
 // MaskPersonalData replaces every e-mail address and phone number in text.
+// One pass can leave a number behind (digits right after a masked one form
+// a number of their own once the mask stands before them), so it passes
+// again until nothing matches; each pass takes digits or an @ away and adds
+// none, so it ends.
 func MaskPersonalData(text string) string {
-	text = emailLike.ReplaceAllString(text, "[e-mail removed]")
-	return phoneLike.ReplaceAllString(text, "[phone number removed]")
+	for {
+		masked := phoneLike.ReplaceAllString(emailLike.ReplaceAllString(text, "[e-mail removed]"), "[phone number removed]")
+		if masked == text {
+			return text
+		}
+		text = masked
+	}
 }
 
 // WithoutPersonalData is ms with every e-mail address and phone number in
-// its string properties, of nodes and of relationships, masked
+// the properties m marks FreeText, of nodes and of relationships, masked
 // (MaskPersonalData). Every projection (sync's events, and the row
 // projection that rebuild and drift use) passes its mutations through it,
-// so the graph holds none and both sides of a drift check mask alike. ms
-// is not changed: a property map that needs masking is copied.
-func (ms Mutations) WithoutPersonalData() Mutations {
+// so the graph holds none in free text and both sides of a drift check
+// mask alike. ms is not changed: a property map that needs masking is
+// copied.
+func (m *Model) WithoutPersonalData(ms Mutations) Mutations {
 	out := ms
 	out.Nodes = make([]NodeUpsert, len(ms.Nodes))
 	for i, n := range ms.Nodes {
-		out.Nodes[i] = n.WithoutPersonalData()
+		out.Nodes[i] = m.NodeWithoutPersonalData(n)
 	}
 	out.Rels = make([]RelUpsert, len(ms.Rels))
 	for i, r := range ms.Rels {
-		r.Props = maskedProps(r.Props)
+		if rt, ok := m.Relationship(r.Type); ok {
+			r.Props = maskedProps(r.Props, rt.Properties)
+		}
 		out.Rels[i] = r
 	}
 	return out
 }
 
-// WithoutPersonalData is u with personal data in its string properties
-// masked (Mutations.WithoutPersonalData).
-func (u NodeUpsert) WithoutPersonalData() NodeUpsert {
-	u.Props = maskedProps(u.Props)
+// NodeWithoutPersonalData is u with personal data in the properties m marks
+// FreeText masked (WithoutPersonalData).
+func (m *Model) NodeWithoutPersonalData(u NodeUpsert) NodeUpsert {
+	if l, ok := m.Label(u.Label); ok {
+		u.Props = maskedProps(u.Props, l.Properties)
+	}
 	return u
 }
 
-// maskedProps is props, or a copy of it with its string values masked when
-// one of them holds personal data.
-func maskedProps(props map[string]any) map[string]any {
+// maskedProps is props, or a copy of it with the values of its FreeText
+// properties (of allowlist) masked when one of them holds personal data.
+func maskedProps(props map[string]any, allowlist []Property) map[string]any {
 	var out map[string]any
-	for k, v := range props {
-		text, ok := v.(string)
+	for _, p := range allowlist {
+		if !p.FreeText {
+			continue
+		}
+		k := p.Key
+		text, ok := props[k].(string)
 		if !ok || !mayHoldPersonalData(text) {
 			continue
 		}

@@ -101,13 +101,14 @@ func NodesWritten(m relay.Message) ([]graphmodel.NodeUpsert, error) {
 // ProjectCategoryRow and ProjectCustomerRow are the reference nodes alone,
 // masked as translate masks them.
 func ProjectCategoryRow(tenantID, id int64, name string) graphmodel.NodeUpsert {
-	return graphmodel.NodeUpsert{Label: graphmodel.LabelCategory, TenantID: tenantID, ID: id, Props: map[string]any{"name": name}}.WithoutPersonalData()
+	return graphmodel.Default.NodeWithoutPersonalData(graphmodel.NodeUpsert{Label: graphmodel.LabelCategory, TenantID: tenantID, ID: id,
+		Props: map[string]any{"name": name}})
 }
 
 // ProjectCustomerRow is a customer's node: its non-personal columns only.
 func ProjectCustomerRow(tenantID, id int64, segment, countryCode string) graphmodel.NodeUpsert {
-	return graphmodel.NodeUpsert{Label: graphmodel.LabelCustomer, TenantID: tenantID, ID: id,
-		Props: map[string]any{"segment": segment, "country_code": nilIfEmpty(countryCode)}}.WithoutPersonalData()
+	return graphmodel.Default.NodeWithoutPersonalData(graphmodel.NodeUpsert{Label: graphmodel.LabelCustomer, TenantID: tenantID, ID: id,
+		Props: map[string]any{"segment": segment, "country_code": nilIfEmpty(countryCode)}})
 }
 
 func projectRow(tenantID int64, ev events.Event) (graphmodel.Mutations, error) {

@@ -48,8 +48,8 @@ func eventName(m relay.Message) string {
 // translate maps a decoded event to the mutations and references that make
 // the graph reflect it. It is pure: the graph model's allowlist decides which
 // fields become properties, here spelled out per event type, and e-mail
-// addresses and phone numbers in their text are masked
-// (graphmodel.Mutations.WithoutPersonalData).
+// addresses and phone numbers in free text are masked
+// (graphmodel.Model.WithoutPersonalData).
 func translate(m relay.Message, ev events.Event) (*item, error) {
 	it := &item{msg: m, name: eventName(m)}
 	tenantID := m.TenantID
@@ -97,8 +97,9 @@ func translate(m relay.Message, ev events.Event) (*item, error) {
 		return nil, &rejection{kind: ErrInvalidEvent, msg: fmt.Sprintf("%s: the projector has no translation for %T", it.name, ev)}
 	}
 	// Free text may hold what a producer typed into it (a contact address
-	// in a description): masked here, for events and rows alike.
-	it.mut = it.mut.WithoutPersonalData()
+	// in a description): masked here, for events and rows alike, by the
+	// flags of the model whose properties the cases above spell out.
+	it.mut = graphmodel.Default.WithoutPersonalData(it.mut)
 	return it, nil
 }
 

@@ -222,9 +222,11 @@ func countsText(c []Count) string {
 }
 
 // lineText is how text of the graph, or a question, stands in a context:
-// personal data masked (the graph holds none, by graphmodel's allowlist;
-// should an e-mail address or a phone number slip into a product text
-// anyway, the context masks it rather than hand it to a model), and on one
+// personal data masked (the graph holds none: graphmodel's allowlist keeps
+// personal columns out and the projection masks free text; should an e-mail
+// address or a phone number reach a product text anyway, through a code
+// such as a SKU or another writer, the context masks it rather than hand it
+// to a model), and on one
 // line: control characters, bidi controls and line or paragraph separators
 // become spaces and runs of spaces one, so that a product's text cannot open
 // a section or a line of its own: the keys that end each line are the
