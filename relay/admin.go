@@ -140,9 +140,32 @@ func NotifyTriggerEnable(ctx context.Context, pool *pgxpool.Pool, channel string
 // for outbox_messages' lock.
 const notifyDDLLockTimeout = "5s"
 
-// NotifyTriggerDisable drops the notify trigger.
+// NotifyTriggerDisable drops the notify trigger. DROP TRIGGER locks
+// outbox_messages against readers and writers, and waits for every open
+// transaction that wrote to it while every producer's insert queues behind
+// the wait: it gives up after notifyDDLLockTimeout, as installing does. No
+// trigger, no lock.
 func NotifyTriggerDisable(ctx context.Context, pool *pgxpool.Pool) error {
-	if _, err := pool.Exec(ctx, `DROP TRIGGER IF EXISTS graphsync_outbox_notify ON outbox_messages`); err != nil {
+	var installed bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_trigger
+		WHERE tgrelid = 'outbox_messages'::regclass AND tgname = 'graphsync_outbox_notify')`).Scan(&installed); err != nil {
+		return fmt.Errorf("read the notify trigger on outbox_messages: %w", err)
+	}
+	if !installed {
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, notifyDDLLockTimeout); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `DROP TRIGGER IF EXISTS graphsync_outbox_notify ON outbox_messages`)
+		return err
+	})
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+			return fmt.Errorf("drop notify trigger: gave up after %s waiting for a transaction that wrote to the outbox (producers would queue behind the wait); start again once it has ended", notifyDDLLockTimeout)
+		}
 		return fmt.Errorf("drop notify trigger: %w", err)
 	}
 	return nil

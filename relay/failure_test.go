@@ -648,8 +648,8 @@ func TestChangedNotifyChannelStillWakes(t *testing.T) {
 // Starting a notify-mode relay while a producer's transaction that wrote to
 // the outbox is open: with the trigger in place it creates nothing (no DDL
 // that would queue every other producer's insert behind that transaction);
-// with a trigger to change it gives up after its lock timeout, saying why,
-// and the producers are not held back longer than that.
+// with a trigger to change or drop it gives up after its lock timeout,
+// saying why, and the producers are not held back longer than that.
 func TestNotifyTriggerWaitsForNoOpenProducer(t *testing.T) {
 	h := newHarness(t, WakeNotify) // the trigger is installed on graphsync_outbox
 	ctx := context.Background()
@@ -670,6 +670,15 @@ func TestNotifyTriggerWaitsForNoOpenProducer(t *testing.T) {
 	err = NotifyTriggerEnable(ctx, h.pool, "another_channel")
 	if err == nil || !strings.Contains(err.Error(), "gave up after 5s waiting for a transaction that wrote to the outbox") {
 		t.Fatalf("changing the trigger's channel beside an open producer: %v, want it to give up on the lock", err)
+	}
+	if waited := time.Since(started); waited > 20*time.Second {
+		t.Errorf("gave up after %s, want about 5s", waited)
+	}
+	// Dropping it gives up the same way (graphsync notify disable).
+	started = time.Now()
+	err = NotifyTriggerDisable(ctx, h.pool)
+	if err == nil || !strings.Contains(err.Error(), "drop notify trigger: gave up after 5s waiting for a transaction that wrote to the outbox") {
+		t.Fatalf("dropping the trigger beside an open producer: %v, want it to give up on the lock", err)
 	}
 	if waited := time.Since(started); waited > 20*time.Second {
 		t.Errorf("gave up after %s, want about 5s", waited)
