@@ -3,6 +3,8 @@ package relay
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,6 +19,7 @@ import (
 type Metrics struct {
 	processed       prometheus.Counter
 	failures        *prometheus.CounterVec
+	failureTypes    eventTypeLabels
 	dlqMoved        prometheus.Counter
 	sinkErrors      prometheus.Counter
 	claimDuration   prometheus.Histogram
@@ -161,4 +164,40 @@ func PendingFlowing(ctx context.Context, pool *pgxpool.Pool, waited time.Duratio
 		return false, fmt.Errorf("check pending outbox rows: %w", err)
 	}
 	return flowing, nil
+}
+
+// maxEventTypeLabels bounds the event_type values outbox_failures takes: the
+// type is producer text, and a producer that writes a new one per event
+// (an id in the type, say) would otherwise grow every process's memory and
+// the scrape without end. Types past the bound count as "other".
+const maxEventTypeLabels = 64
+
+// eventTypeLabels turns producer event types into bounded label values:
+// valid UTF-8 (the client panics on anything else), at most 64 bytes, and
+// at most maxEventTypeLabels distinct values.
+type eventTypeLabels struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (l *eventTypeLabels) label(eventType string) string {
+	v := clip(strings.ToValidUTF8(eventType, "\uFFFD"), 64)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen[v] {
+		return v
+	}
+	if len(l.seen) >= maxEventTypeLabels {
+		return "other"
+	}
+	if l.seen == nil {
+		l.seen = map[string]bool{}
+	}
+	l.seen[v] = true
+	return v
+}
+
+// failed counts a failure of an event of eventType.
+func (m *Metrics) failed(eventType string) {
+	m.failures.WithLabelValues(m.failureTypes.label(eventType)).Inc()
 }

@@ -744,7 +744,7 @@ func (r *worker) sinkFailed(ctx context.Context, holder string, batch []Message,
 // the retry schedule, past the limit the DLQ. Each is logged once, here.
 func (r *worker) recordFailures(ctx context.Context, holder string, failed []Message, reasons map[int64]error) error {
 	for _, m := range failed {
-		r.metrics.failures.WithLabelValues(m.EventType).Inc()
+		r.metrics.failed(m.EventType)
 		r.log.Warn("event failed", zap.Int64("outbox_id", m.ID), zap.String("event_type", clip(m.EventType, 64)),
 			zap.Int64("tenant_id", m.TenantID), zap.String("aggregate_type", clip(m.AggregateType, 64)),
 			zap.Int64("aggregate_id", m.AggregateID), zap.String("trace_id", clip(m.TraceID, 128)),
