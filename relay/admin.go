@@ -56,18 +56,21 @@ func DLQList(ctx context.Context, pool *pgxpool.Pool, tenantID int64, limit int)
 }
 
 // DLQRetry moves dead letters back to the outbox as pending rows with a fresh
-// attempt count, keeping their id; it returns the ids moved.
-func DLQRetry(ctx context.Context, pool *pgxpool.Pool, ids []int64) ([]int64, error) {
-	return collectIDs(ctx, pool, "DLQRetry", "retry dead letters", ids)
+// attempt count, keeping their id; it returns the ids moved. tenantID, when
+// not 0, limits it to that tenant's rows: another tenant's id is left alone,
+// as one not in the DLQ.
+func DLQRetry(ctx context.Context, pool *pgxpool.Pool, tenantID int64, ids []int64) ([]int64, error) {
+	return collectIDs(ctx, pool, "DLQRetry", "retry dead letters", tenantID, ids)
 }
 
 // DLQDiscard deletes dead letters for good; it returns the ids deleted.
-func DLQDiscard(ctx context.Context, pool *pgxpool.Pool, ids []int64) ([]int64, error) {
-	return collectIDs(ctx, pool, "DLQDiscard", "discard dead letters", ids)
+// tenantID, when not 0, limits it to that tenant's rows, as for DLQRetry.
+func DLQDiscard(ctx context.Context, pool *pgxpool.Pool, tenantID int64, ids []int64) ([]int64, error) {
+	return collectIDs(ctx, pool, "DLQDiscard", "discard dead letters", tenantID, ids)
 }
 
-func collectIDs(ctx context.Context, pool *pgxpool.Pool, query, what string, ids []int64) ([]int64, error) {
-	rows, err := pool.Query(ctx, gsql.Query(query), ids)
+func collectIDs(ctx context.Context, pool *pgxpool.Pool, query, what string, tenantID int64, ids []int64) ([]int64, error) {
+	rows, err := pool.Query(ctx, gsql.Query(query), ids, tenantID)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}

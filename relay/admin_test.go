@@ -237,7 +237,14 @@ func TestDLQAdmin(t *testing.T) {
 	if len(letters) != 1 || letters[0].ID != b || letters[0].LastError != "bad b" {
 		t.Fatalf("tenant 2's dead letters: %+v", letters)
 	}
-	retried, err := DLQRetry(ctx, h.pool, []int64{a})
+	// Scoped to a tenant, an id of another tenant is left alone.
+	if moved, err := DLQRetry(ctx, h.pool, 2, []int64{a}); err != nil || len(moved) != 0 {
+		t.Fatalf("retry of tenant 1's row scoped to tenant 2: moved %v (%v)", moved, err)
+	}
+	if gone, err := DLQDiscard(ctx, h.pool, 2, []int64{a}); err != nil || len(gone) != 0 {
+		t.Fatalf("discard of tenant 1's row scoped to tenant 2: deleted %v (%v)", gone, err)
+	}
+	retried, err := DLQRetry(ctx, h.pool, 1, []int64{a})
 	if err != nil || len(retried) != 1 {
 		t.Fatalf("retry: %v %v", retried, err)
 	}
@@ -248,7 +255,7 @@ func TestDLQAdmin(t *testing.T) {
 	if flowing, err := PendingFlowing(ctx, h.pool, time.Hour); err != nil || !flowing {
 		t.Errorf("the retried row does not count as flowing (%v, %v): a caught-up check would stop before it is applied", flowing, err)
 	}
-	discarded, err := DLQDiscard(ctx, h.pool, []int64{b, 999999})
+	discarded, err := DLQDiscard(ctx, h.pool, 0, []int64{b, 999999})
 	if err != nil || len(discarded) != 1 {
 		t.Fatalf("discard: %v %v", discarded, err)
 	}
@@ -364,7 +371,7 @@ func TestOffsetReaderReadsArchiveAndRetriedRows(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := DLQRetry(ctx, h.pool, []int64{dead}); err != nil {
+	if _, err := DLQRetry(ctx, h.pool, 0, []int64{dead}); err != nil {
 		t.Fatal(err)
 	}
 	seen = nil

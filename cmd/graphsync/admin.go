@@ -24,7 +24,7 @@ func runDLQ(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("dlq "+sub, flag.ContinueOnError)
 	var conn connFlags
 	conn.register(fs, false)
-	tenant := fs.Int64("tenant", 0, "list: only this tenant's dead letters (0: all)")
+	tenant := fs.Int64("tenant", 0, "only this tenant's dead letters: list shows, retry and discard act on them alone (0: every tenant's)")
 	limit := fs.Int("limit", 100, "list: at most this many rows")
 	switch sub {
 	case "-h", "-help", "--help", "help":
@@ -70,6 +70,11 @@ func dlqCommand(ctx context.Context, pool *pgxpool.Pool, sub string, ids []int64
 		}
 		cut := len(letters) > limit
 		letters = letters[:min(len(letters), limit)]
+		if tenant != 0 {
+			// --tenant may come from GRAPHSYNC_TENANT, set for another
+			// command: a list of one tenant says so.
+			fmt.Fprintf(os.Stderr, "dlq list: tenant %d only (--tenant or GRAPHSYNC_TENANT)\n", tenant)
+		}
 		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "ID\tTENANT\tAGGREGATE\tEVENT\tATTEMPTS\tDEAD SINCE\tLAST ERROR")
 		// Producer text (types, errors) is clipped and kept to one line, so
@@ -95,12 +100,15 @@ func dlqCommand(ctx context.Context, pool *pgxpool.Pool, sub string, ids []int64
 		if sub == "discard" {
 			do = relay.DLQDiscard
 		}
-		done, err := do(ctx, pool, ids)
+		done, err := do(ctx, pool, tenant, ids)
 		if err != nil {
 			return err
 		}
 		fmt.Printf("dlq %s: %d of %d rows %v\n", sub, len(done), len(ids), done)
 		if len(done) < len(ids) {
+			if tenant != 0 {
+				return fmt.Errorf("%d ids were not in tenant %d's dead letters", len(ids)-len(done), tenant)
+			}
 			return fmt.Errorf("%d ids were not in the DLQ", len(ids)-len(done))
 		}
 		return nil

@@ -240,6 +240,33 @@ func TestDLQListSaysWhenTheLimitCutIt(t *testing.T) {
 	}
 }
 
+// --tenant (or GRAPHSYNC_TENANT, set for another command) scopes retry and
+// discard too: another tenant's dead letter is left alone and the command
+// fails naming the tenant; a list of one tenant says so on standard error.
+func TestDLQTenantScopesRetryAndDiscard(t *testing.T) {
+	url, pool := teststack.FreshDatabase(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO outbox_messages_dlq (id, tenant_id, aggregate_type, aggregate_id, event_type, payload)
+		VALUES (4243, 1, 'Order', 1, 'OrderPlaced', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"discard", "retry"} {
+		code, stderr := runCapturingStderr(t, []string{"dlq", sub, "--tenant", "2", "--pg-url", url, "--log-level", "error", "4243"})
+		if code == 0 || !strings.Contains(stderr, "not in tenant 2's dead letters") {
+			t.Errorf("dlq %s --tenant 2 of tenant 1's row: exit %d, stderr %q; want a failure naming tenant 2", sub, code, stderr)
+		}
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_messages_dlq WHERE id = 4243`).Scan(&left); err != nil || left != 1 {
+		t.Fatalf("tenant 1's dead letter after commands scoped to tenant 2: %d rows (%v), want it kept", left, err)
+	}
+	t.Setenv("GRAPHSYNC_TENANT", "1")
+	code, stderr := runCapturingStderr(t, []string{"dlq", "list", "--pg-url", url, "--log-level", "error"})
+	if code != 0 || !strings.Contains(stderr, "tenant 1 only") {
+		t.Errorf("dlq list with GRAPHSYNC_TENANT=1: exit %d, stderr %q; want a note that the list is one tenant's", code, stderr)
+	}
+}
+
 // Words and flags may be mixed, but after "--" every argument is a word:
 // a question cannot switch the tenant or the server.
 func TestWordsAfterDoubleDashAreNeverFlags(t *testing.T) {

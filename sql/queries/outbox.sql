@@ -316,9 +316,12 @@ LIMIT $2;
 -- sync --until-caught-up would stop before the retry was applied; the DLQ
 -- listing showed the error, and a new failure records a new one). Keeps id
 -- and payload. created_xid is this transaction's: offset readers that passed
--- the row's old position must see it again.
+-- the row's old position must see it again. $2 a tenant id, 0 for any: the
+-- rows of other tenants are left alone.
 WITH moved AS (
-  DELETE FROM outbox_messages_dlq WHERE id = ANY($1::bigint[]) RETURNING *
+  DELETE FROM outbox_messages_dlq
+  WHERE id = ANY($1::bigint[]) AND ($2::bigint = 0 OR tenant_id = $2::bigint)
+  RETURNING *
 )
 INSERT INTO outbox_messages (
   id, tenant_id, aggregate_type, aggregate_id, event_type, event_version, payload,
@@ -330,7 +333,10 @@ FROM moved
 RETURNING id;
 
 -- name: DLQDiscard
-DELETE FROM outbox_messages_dlq WHERE id = ANY($1::bigint[]) RETURNING id;
+-- $2 a tenant id, 0 for any, as for DLQRetry.
+DELETE FROM outbox_messages_dlq
+WHERE id = ANY($1::bigint[]) AND ($2::bigint = 0 OR tenant_id = $2::bigint)
+RETURNING id;
 
 -- name: OutboxArchiveProcessed
 -- $1 age, $2 batch size. Idempotent: a row is either still in the outbox or
