@@ -233,14 +233,18 @@ const defaultPartition = "outbox_messages_archive_default"
 
 // dropArchivePartition drops one partition and, in the same transaction,
 // records per tenant how much history went with it (outbox_history_gaps), so
-// that a rebuild knows, not guesses, whether replay can be complete.
+// that a rebuild knows, not guesses, whether replay can be complete. The
+// count reads the whole partition under a SHARE lock, which keeps rows from
+// coming or going but lets readers of the archive (the stream's visibility
+// check, offset readers, a rebuild's replay) go on; only the DROP itself
+// locks them out, for as long as a drop takes.
 func dropArchivePartition(ctx context.Context, pool *pgxpool.Pool, name string) error {
 	table := pgx.Identifier{name}.Sanitize()
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, partitionDDLLockTimeout); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, "LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+table+" IN SHARE MODE"); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `
@@ -250,6 +254,9 @@ func dropArchivePartition(ctx context.Context, pool *pgxpool.Pool, name string) 
 			GROUP BY tenant_id
 			ON CONFLICT (partition_name, tenant_id) DO UPDATE
 			SET rows_dropped = outbox_history_gaps.rows_dropped + EXCLUDED.rows_dropped, dropped_at = now()`, name); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, "DROP TABLE "+table)
