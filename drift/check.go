@@ -1,9 +1,11 @@
 package drift
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -61,6 +63,19 @@ type run struct {
 	capped   int
 	// final findings, after the second look.
 	findings []Finding
+	// Past MaxSuspects, the first MaxExamples findings of a kind are kept as
+	// examples and the rest only counted (cappedMore), so that memory does
+	// not grow with the drift found (a graph that lost its data: a finding
+	// per row).
+	cappedKept map[Kind]int
+	cappedMore map[cappedKey]int
+}
+
+// cappedKey is where a counted-only finding is counted.
+type cappedKey struct {
+	tenant int64
+	label  string
+	kind   Kind
 }
 
 // Run checks once. With repair, it then fixes what it found and can fix. A
@@ -107,7 +122,7 @@ func (c *Checker) Run(ctx context.Context, repair bool) (*Report, error) {
 		return nil, err
 	}
 	r.report.SuspectsCapped = r.capped
-	r.report.finish(r.findings, time.Since(start))
+	r.report.finish(append(r.findings, r.countedOnly()...), time.Since(start))
 	if repair {
 		changes, err := r.repair(ctx)
 		r.report.Repaired = changes
@@ -272,9 +287,36 @@ func (r *run) suspect(s suspect, findings []Finding) {
 	// repairs what its second look confirmed; the next run goes on.
 	r.capped++
 	for _, f := range findings {
-		f.repair = nil
-		r.findings = append(r.findings, f)
+		if r.cappedKept[f.Kind] < r.c.cfg.MaxExamples {
+			if r.cappedKept == nil {
+				r.cappedKept = map[Kind]int{}
+			}
+			r.cappedKept[f.Kind]++
+			f.repair = nil
+			r.findings = append(r.findings, f)
+			continue
+		}
+		if r.cappedMore == nil {
+			r.cappedMore = map[cappedKey]int{}
+		}
+		r.cappedMore[cappedKey{f.TenantID, f.Label, f.Kind}] += f.Count
 	}
+}
+
+// countedOnly is one finding per tenant, label and kind for the findings
+// past MaxSuspects that were counted but not kept, in a fixed order; they
+// come after every kept finding, so they are never shown as examples.
+func (r *run) countedOnly() []Finding {
+	keys := slices.Collect(maps.Keys(r.cappedMore))
+	slices.SortFunc(keys, func(a, b cappedKey) int {
+		return cmp.Or(cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.label, b.label), cmp.Compare(a.kind, b.kind))
+	})
+	out := make([]Finding, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, Finding{Kind: k.kind, TenantID: k.tenant, Label: k.label, Count: r.cappedMore[k],
+			Detail: "past the second-look bound (MaxSuspects): counted, not kept"})
+	}
+	return out
 }
 
 // secondLook re-reads each suspect key in the order that makes a verdict

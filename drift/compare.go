@@ -78,7 +78,8 @@ func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		_, allowed := label.Property(k)
+		prop, allowed := label.Property(k)
+		code := allowed && !prop.FreeText
 		allowed = allowed || slices.Contains(reservedKeys, k)
 		if !allowed && slices.Contains(label.Personal, k) {
 			// A field the model names personal: whatever it holds, its
@@ -86,11 +87,13 @@ func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 			add(PersonalData, fmt.Sprintf("property %s is a personal field of %s", k, label.Name), &repairAction{removeProp: k})
 			continue
 		}
-		if what := personalData(got.props[k]); what != "" {
-			// In an allowlisted property: free text masks it at write, so
-			// another writer left it, and the node also reads as stale,
-			// whose repair re-projects it masked; in a code (a SKU) it
-			// comes from the rows, reported only. Any other is removed.
+		// A code (a SKU, a currency) is written as it is and compared as a
+		// property: a part number shaped like a phone number is not
+		// personal data, and reporting it would be drift for good.
+		if what := personalData(got.props[k]); what != "" && !code {
+			// In free text: sync masks it at write, so another writer left
+			// it, and the node also reads as stale, whose repair
+			// re-projects it masked. Any other property is removed.
 			var repair *repairAction
 			if !allowed {
 				repair = &repairAction{removeProp: k}

@@ -479,6 +479,21 @@ func TestRepairActsOnlyOnWhatTheSecondLookConfirmed(t *testing.T) {
 		n, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "n")
 		return n
 	}
+	// With one example kept per kind, the capped findings past it are
+	// counted, not kept (memory does not grow with the drift found), and
+	// the counts stay whole.
+	one, err := New(pool, driver, Config{TenantID: tenant, RecheckAfter: 10 * time.Millisecond, MaxSuspects: 1, MaxExamples: 1}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted, err := one.Run(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counted.DriftTotal != 3 || len(counted.Examples[OrphanNode]) != 1 || counted.Examples[OrphanNode][0].ID == 0 ||
+		len(counted.Counts) != 1 || counted.Counts[0].Count != 3 {
+		t.Fatalf("three orphans, one example kept: drift %d, examples %+v, counts %+v", counted.DriftTotal, counted.Examples[OrphanNode], counted.Counts)
+	}
 	c, err := New(pool, driver, Config{TenantID: tenant, RecheckAfter: 10 * time.Millisecond, MaxSuspects: 1}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -490,6 +505,7 @@ func TestRepairActsOnlyOnWhatTheSecondLookConfirmed(t *testing.T) {
 	if first.SuspectsCapped != 2 || first.DriftTotal != 3 {
 		t.Fatalf("first run: %d capped, drift %d; want 2 capped of 3 orphans", first.SuspectsCapped, first.DriftTotal)
 	}
+
 	if n := products(); n != 2 {
 		t.Fatalf("%d orphan products left after the first repair, want 2 (only the one the second look confirmed removed)", n)
 	}
@@ -544,7 +560,8 @@ func TestRepairOfAnUnknownTenantKeepsForeignLabels(t *testing.T) {
 // description and its category's name: sync writes them masked, the row
 // projection masks them alike (no drift), and a description another writer
 // left unmasked (a hand edit, or a graphsync from before masking) is found
-// as personal data and re-projected masked by --repair.
+// as personal data and re-projected masked by --repair. A SKU shaped like a
+// phone number is a code: written whole, and no drift.
 func TestPersonalDataInRowsIsMaskedOnBothSides(t *testing.T) {
 	pool, driver, tenants := syncedWorkload(t, workload.Config{Seed: 13, Tenants: 1, Orders: 4, DeleteEvery: -1}, "sync-masked")
 	a := tenants[0]
@@ -560,7 +577,7 @@ func TestPersonalDataInRowsIsMaskedOnBothSides(t *testing.T) {
 				WHERE id = (SELECT category_id FROM products WHERE tenant_id = $1 AND category_id IS NOT NULL ORDER BY id LIMIT 1)
 				RETURNING id, name),
 			p AS (
-				UPDATE products SET description = description || ' Ask ' || $2 || '.', version = version + 1
+				UPDATE products SET description = description || ' Ask ' || $2 || '.', sku = 'KIT-100-250-1000', version = version + 1
 				WHERE id = (SELECT min(id) FROM products WHERE tenant_id = $1 AND category_id = (SELECT id FROM c))
 				RETURNING id, version, sku, name, description, price_cents, currency, status)
 			SELECT p.id, p.version, p.sku, p.name, p.description, p.price_cents, p.currency, p.status, c.id, c.name FROM p, c`,
@@ -578,7 +595,7 @@ func TestPersonalDataInRowsIsMaskedOnBothSides(t *testing.T) {
 	graphText := func() string {
 		t.Helper()
 		res, err := neo4j.ExecuteQuery(ctx, driver, `MATCH (p:Product {tenant_id: $t, id: $id})-[:IN_CATEGORY]->(c:Category)
-			RETURN p.description + ' | ' + c.name AS text`, map[string]any{"t": a, "id": product}, neo4j.EagerResultTransformer)
+			RETURN p.description + ' | ' + c.name + ' | ' + p.sku AS text`, map[string]any{"t": a, "id": product}, neo4j.EagerResultTransformer)
 		if err != nil || len(res.Records) != 1 {
 			t.Fatalf("product %d and its category: %v", product, err)
 		}
@@ -587,7 +604,7 @@ func TestPersonalDataInRowsIsMaskedOnBothSides(t *testing.T) {
 	}
 	synced := graphText()
 	if strings.Contains(synced, "@") || strings.Contains(synced, "7946") || !strings.Contains(synced, "Ask [e-mail removed].") ||
-		!strings.Contains(synced, "([phone number removed])") {
+		!strings.Contains(synced, "([phone number removed])") || !strings.HasSuffix(synced, " | KIT-100-250-1000") {
 		t.Fatalf("sync wrote %q", synced)
 	}
 	if report := check(t, pool, driver, a, false); report.DriftTotal != 0 {
