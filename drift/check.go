@@ -125,7 +125,8 @@ func (c *Checker) Run(ctx context.Context, repair bool) (*Report, error) {
 	r.report.finish(append(r.findings, r.countedOnly()...), time.Since(start))
 	if repair {
 		changes, err := r.repair(ctx)
-		r.report.Repaired = changes
+		// With --repair the list is there, [] when nothing needed it.
+		r.report.Repaired = append([]string{}, changes...)
 		if err != nil {
 			r.report.RepairStopped = redact.Text(err.Error())
 			return r.report, err

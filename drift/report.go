@@ -31,8 +31,9 @@ type Report struct {
 	// SuspectsCapped counts differences past MaxSuspects, reported from the
 	// first pass without a second look.
 	SuspectsCapped int `json:"suspects_capped,omitempty"`
-	// Repaired lists what --repair changed.
-	Repaired []string `json:"repaired,omitempty"`
+	// Repaired lists what --repair changed: nil (left out of the JSON)
+	// without --repair, empty when it changed nothing.
+	Repaired []string `json:"repaired,omitzero"`
 	// RepairStopped says why --repair stopped before its last statement:
 	// what Repaired lists was applied, nothing after it.
 	RepairStopped string `json:"repair_stopped,omitempty"`
