@@ -81,10 +81,11 @@ func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 		prop, allowed := label.Property(k)
 		code := allowed && !prop.FreeText
 		allowed = allowed || slices.Contains(reservedKeys, k)
-		if !allowed && slices.Contains(label.Personal, k) {
-			// A field the model names personal: whatever it holds, its
-			// value is never shown.
-			add(PersonalData, fmt.Sprintf("property %s is a personal field of %s", k, label.Name), &repairAction{removeProp: k})
+		if owner := personalField(model, label, k); !allowed && owner != "" {
+			// A field the model names personal (of this label or another:
+			// a customer's full_name copied onto an order): whatever it
+			// holds, its value is never shown.
+			add(PersonalData, fmt.Sprintf("property %s is a personal field of %s", k, owner), &repairAction{removeProp: k})
 			continue
 		}
 		// A code (a SKU, a currency) is written as it is and compared as a
@@ -175,6 +176,10 @@ func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 		sort.Strings(outside)
 		for _, name := range outside {
 			remove := &repairAction{removeRelProp: &relProp{rel: refOf(r, tenant, got.id), key: name}}
+			if owner := personalField(model, graphmodel.Label{}, name); owner != "" {
+				add(PersonalData, fmt.Sprintf("%s: property %s is a personal field of %s", relText(r, got.id), name, owner), remove)
+				continue
+			}
 			if what := personalData(r.props[name]); what != "" {
 				add(PersonalData, fmt.Sprintf("%s: property %s holds %s", relText(r, got.id), name, what), remove)
 				continue
@@ -251,4 +256,20 @@ func equalValues(a, b any) bool {
 		return ok && ta.Equal(tb)
 	}
 	return a == b
+}
+
+// personalField names the label whose personal fields (graphmodel's
+// Label.Personal) include key, label itself first, or returns "". A value
+// under such a key is never shown, on whatever node or relationship it
+// turns up.
+func personalField(model graphmodel.Model, label graphmodel.Label, key string) string {
+	if slices.Contains(label.Personal, key) {
+		return label.Name
+	}
+	for _, l := range model.Labels {
+		if slices.Contains(l.Personal, key) {
+			return l.Name
+		}
+	}
+	return ""
 }

@@ -197,6 +197,11 @@ func TestPlantedDriftIsFoundAndRepaired(t *testing.T) {
 	relPII, relExtra := orders[4], orders[5]
 	cypherExec(t, driver, `MATCH (:Customer)-[r:PLACED]->(:Order {tenant_id: $t, id: $id}) SET r.buyer_email = 'rel.planted@example.org'`, p(relPII))
 	cypherExec(t, driver, `MATCH (:Order {tenant_id: $t, id: $id})-[r:CONTAINS]->() SET r.note = 'typed in the browser'`, p(relExtra))
+	// Personal fields of one label on another node, and on a relationship:
+	// matching no pattern, their values must not be shown either.
+	copiedName, relAddress := orders[7], orders[8]
+	cypherExec(t, driver, `MATCH (n:Order {tenant_id: $t, id: $id}) SET n.full_name = 'Jane Copied'`, p(copiedName))
+	cypherExec(t, driver, `MATCH (:Customer)-[r:PLACED]->(:Order {tenant_id: $t, id: $id}) SET r.shipping_address = '12 Planted Street'`, p(relAddress))
 	// A node without a tenant: every one-tenant check of the shared graph
 	// sees it, so it goes however the test ends.
 	cypherExec(t, driver, `CREATE (:Customer {id: -424242, segment: 'retail'})`, nil)
@@ -240,6 +245,8 @@ func TestPlantedDriftIsFoundAndRepaired(t *testing.T) {
 		{MissingRelationship, "Product", misdirected, "IN_CATEGORY"},
 		{PersonalData, "Order", relPII, "PLACED]->(" + fmt.Sprint(relPII) + "): property buyer_email holds an e-mail address"},
 		{PropertyNotAllowed, "Order", relExtra, "property note = \"typed in the browser\" is outside the allowlist"},
+		{PersonalData, "Order", copiedName, "property full_name is a personal field of Customer"},
+		{PersonalData, "Order", relAddress, "property shipping_address is a personal field of Order"},
 		{NodeWithoutTenant, "Customer", -424242, "no tenant_id"},
 	}
 	var md strings.Builder
@@ -257,7 +264,8 @@ func TestPlantedDriftIsFoundAndRepaired(t *testing.T) {
 			t.Errorf("%s of %s %d (%q) not reported:\n%s", w.kind, w.label, w.id, w.detail, md.String())
 		}
 	}
-	for _, personal := range []string{"buyer.planted@example.org", "rel.planted@example.org", "list.planted@example.org", "Jane Planted"} {
+	for _, personal := range []string{"buyer.planted@example.org", "rel.planted@example.org", "list.planted@example.org", "Jane Planted",
+		"Jane Copied", "12 Planted Street"} {
 		if strings.Contains(md.String(), personal) {
 			t.Errorf("the report echoes the personal data it found (%s)", personal)
 		}
