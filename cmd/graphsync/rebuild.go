@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/term"
 
+	"graphsync/events"
 	"graphsync/internal/redact"
 	"graphsync/projector"
 	"graphsync/rebuild"
@@ -36,11 +37,23 @@ func runRebuild(ctx context.Context, args []string) error {
 	chunk := fs.Int("chunk-size", rebuild.DefaultChunkSize, "rows or events per chunk read, written and checkpointed")
 	progressMode := fs.String("progress", "auto", "auto (a bar on a terminal, else a log line every 5s), bar or log")
 	recheck := fs.Duration("recheck-after", 2*time.Second, "wait before the drift check's second look at differences")
+	// The replay applies what sync applied: with sync's limits (set them as
+	// sync's, or by the same GRAPHSYNC_MAX_* variables), an event sync took
+	// is not refused here.
+	var limits events.Limits
+	fs.IntVar(&limits.MaxPayloadBytes, "max-payload-bytes", events.DefaultMaxPayloadBytes, "replay: an event whose payload is larger is not applied (use sync's value)")
+	fs.IntVar(&limits.MaxOrderLines, "max-order-lines", events.DefaultMaxOrderLines, "replay: an OrderPlaced with more lines is not applied (use sync's value)")
 	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return exitError{2, err.Error()}
+	}
+	if err := refuseZeros(zeroSetting{"max-payload-bytes", limits.MaxPayloadBytes == 0}, zeroSetting{"max-order-lines", limits.MaxOrderLines == 0}); err != nil {
+		return exitError{2, err.Error()}
+	}
+	if err := limits.Validate(); err != nil {
+		return exitError{2, "--max-payload-bytes, --max-order-lines: " + err.Error()}
 	}
 	source, err := rebuild.ParseSource(*sourceName)
 	if err != nil {
@@ -67,7 +80,7 @@ func runRebuild(ctx context.Context, args []string) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := rebuildScope(ctx, conn, rebuild.Config{TenantID: *tenant, Source: source, ChunkSize: *chunk, RecheckAfter: recheckAfter},
-		*progressMode == "bar" || (*progressMode == "auto" && term.IsTerminal(int(os.Stderr.Fd()))))
+		limits, *progressMode == "bar" || (*progressMode == "auto" && term.IsTerminal(int(os.Stderr.Fd()))))
 	if err != nil {
 		if ctx.Err() != nil {
 			return exitError{2, "stopped; the checkpoint keeps what was done: run graphsync rebuild again with the same scope to resume"}
@@ -83,13 +96,13 @@ func runRebuild(ctx context.Context, args []string) error {
 	return nil
 }
 
-func rebuildScope(ctx context.Context, conn connFlags, cfg rebuild.Config, bar bool) (res *rebuild.Result, err error) {
+func rebuildScope(ctx context.Context, conn connFlags, cfg rebuild.Config, limits events.Limits, bar bool) (res *rebuild.Result, err error) {
 	log, err := conn.logger()
 	if err != nil {
 		return nil, err
 	}
 	err = conn.withServers(ctx, 6, func(pool *pgxpool.Pool, driver neo4j.DriverWithContext) error {
-		sink, err := projector.New(driver, projector.Config{}, log.Named("projector"))
+		sink, err := projector.New(driver, projector.Config{Limits: limits}, log.Named("projector"))
 		if err != nil {
 			return err
 		}

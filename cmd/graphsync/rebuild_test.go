@@ -128,3 +128,61 @@ func startMain(t *testing.T, args []string) *exec.Cmd {
 	})
 	return cmd
 }
+
+// The replay applies events with the limits it is given, as sync does:
+// sync run with a larger --max-order-lines took orders the default limit
+// would refuse, and a rebuild given the same value replays them.
+func TestRebuildReplaysWithTheGivenLimits(t *testing.T) {
+	ctx := context.Background()
+	pgURL, pool := teststack.FreshDatabase(t)
+	driver := teststack.Neo4j(t)
+	report, err := workload.Run(ctx, pool, workload.Config{Seed: 23, Tenants: 1, Orders: 12, Writers: 1, DeleteEvery: -1}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := report.TenantIDs[0]
+	t.Cleanup(func() { teststack.CleanGraph(t, driver, tenant) })
+	var most int
+	if err := pool.QueryRow(ctx, `SELECT max(n) FROM (SELECT count(*) AS n FROM order_lines WHERE tenant_id = $1 GROUP BY order_id) c`,
+		tenant).Scan(&most); err != nil || most < 2 {
+		t.Fatalf("the workload's largest order has %d lines (%v); want one of at least 2", most, err)
+	}
+	syncUntilCaughtUp(t, pgURL) // replay replays what sync applied
+	rebuildWith := func(extra ...string) string {
+		t.Helper()
+		args := append([]string{"rebuild", "--tenant", itoa(tenant), "--source", "replay", "--progress", "log", "--recheck-after", "0s",
+			"--pg-url", pgURL, "--neo4j-uri", teststack.Neo4jURI(t), "--log-level", "error"}, extra...)
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved := os.Stdout
+		os.Stdout = w
+		read := make(chan string, 1)
+		go func() {
+			var b bytes.Buffer
+			_, _ = b.ReadFrom(r)
+			read <- b.String()
+		}()
+		code := run(args)
+		os.Stdout = saved
+		w.Close()
+		out := <-read
+		r.Close()
+		if code != 0 {
+			t.Fatalf("rebuild %v: exit %d\n%s", extra, code, out)
+		}
+		return out
+	}
+	if out := rebuildWith("--max-order-lines", itoa(int64(most-1))); !strings.Contains(out, "events not applied") ||
+		!strings.Contains(out, "order lines") {
+		t.Errorf("replay with --max-order-lines %d below the largest order (%d lines): the summary does not name refused events:\n%s", most-1, most, out)
+	}
+	if out := rebuildWith("--max-order-lines", itoa(int64(most))); strings.Contains(out, "events not applied") {
+		t.Errorf("replay with --max-order-lines %d: events were refused:\n%s", most, out)
+	}
+	code, stderr := runCapturingStderr(t, []string{"rebuild", "--max-order-lines", "0", "--pg-url", pgURL})
+	if code != 2 || !strings.Contains(stderr, "--max-order-lines") {
+		t.Errorf("rebuild --max-order-lines 0: exit %d, stderr %q; want exit 2 naming the flag", code, stderr)
+	}
+}
