@@ -10,8 +10,8 @@ import (
 // what a producer typed into free text anyway (a product description with a
 // contact address, say): every projection masks it in free text before it
 // is written (Model.WithoutPersonalData), drift reports it where another
-// writer left it or in a code (a SKU), and the retrieval context masks it
-// again.
+// writer left it (in free text, or in a property outside the allowlist),
+// and the retrieval context masks it again.
 var (
 	// Letters and digits of any script: an address may be internationalised.
 	emailLike = regexp.MustCompile(`[\p{L}\p{N}._%+\-]+@[\p{L}\p{N}\-]+(\.[\p{L}\p{N}\-]+)*\.\p{L}{2,}`)

@@ -89,19 +89,32 @@ func TestDriftCommand(t *testing.T) {
 // wrote to standard error.
 func runCapturingStderr(t *testing.T, args []string) (int, string) {
 	t.Helper()
+	return runCapturing(t, &os.Stderr, args)
+}
+
+// runCapturingStdout is run(args) with what it writes to standard output.
+func runCapturingStdout(t *testing.T, args []string) (int, string) {
+	t.Helper()
+	return runCapturing(t, &os.Stdout, args)
+}
+
+// runCapturing is run(args) with what it writes to *stream (os.Stdout or
+// os.Stderr).
+func runCapturing(t *testing.T, stream **os.File, args []string) (int, string) {
+	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	saved := os.Stderr
-	os.Stderr = w
+	saved := *stream
+	*stream = w
 	read := make(chan string, 1)
 	go func() {
 		b, _ := io.ReadAll(r)
 		read <- string(b)
 	}()
 	code := run(args)
-	os.Stderr = saved
+	*stream = saved
 	w.Close()
 	out := <-read
 	r.Close()

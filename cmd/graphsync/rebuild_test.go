@@ -152,23 +152,7 @@ func TestRebuildReplaysWithTheGivenLimits(t *testing.T) {
 		t.Helper()
 		args := append([]string{"rebuild", "--tenant", itoa(tenant), "--source", "replay", "--progress", "log", "--recheck-after", "0s",
 			"--pg-url", pgURL, "--neo4j-uri", teststack.Neo4jURI(t), "--log-level", "error"}, extra...)
-		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		saved := os.Stdout
-		os.Stdout = w
-		read := make(chan string, 1)
-		go func() {
-			var b bytes.Buffer
-			_, _ = b.ReadFrom(r)
-			read <- b.String()
-		}()
-		code := run(args)
-		os.Stdout = saved
-		w.Close()
-		out := <-read
-		r.Close()
+		code, out := runCapturingStdout(t, args)
 		if code != 0 {
 			t.Fatalf("rebuild %v: exit %d\n%s", extra, code, out)
 		}
