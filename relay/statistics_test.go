@@ -207,6 +207,11 @@ type planNode struct {
 	Index     string     `json:"Index Name"`
 	IndexCond string     `json:"Index Cond"`
 	Plans     []planNode `json:"Plans"`
+	// Under EXPLAIN ANALYZE: rows a node returned and those its filter
+	// dropped, per loop, and how many loops it ran.
+	ActualRows      float64 `json:"Actual Rows"`
+	ActualLoops     float64 `json:"Actual Loops"`
+	RemovedByFilter float64 `json:"Rows Removed by Filter"`
 }
 
 func (n planNode) walk(visit func(planNode)) {

@@ -117,7 +117,7 @@ func TestOutboxMatchesTheSeed(t *testing.T) {
 	}
 	wantIndexes := []string{
 		"outbox_messages_aggregate_pending_idx", "outbox_messages_claim_idx", "outbox_messages_created_xid_idx",
-		"outbox_messages_pending_idx", "outbox_messages_pkey", "outbox_messages_processed_idx",
+		"outbox_messages_failing_idx", "outbox_messages_pending_idx", "outbox_messages_pkey", "outbox_messages_processed_idx",
 	}
 	if strings.Join(indexes, ",") != strings.Join(wantIndexes, ",") {
 		t.Errorf("outbox_messages has indexes %v, want %v", indexes, wantIndexes)

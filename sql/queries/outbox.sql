@@ -375,8 +375,10 @@ SELECT min(occurred_at) FROM outbox_messages WHERE isfinite(occurred_at);
 
 -- name: OutboxStats
 -- For the gauges: lag of the oldest pending row (the claim index gives the
--- lowest pending id cheaply), DLQ depth, aggregates blocked by a failing row,
--- and aggregates waiting for another aggregate's events.
+-- lowest pending id cheaply), DLQ depth, aggregates blocked by a failing row
+-- (read through outbox_messages_failing_idx, migration 0011: the failing
+-- rows only, not the backlog), and aggregates waiting for another
+-- aggregate's events.
 -- A pending row at infinity (the relay dead-letters it) is passed over: now()
 -- minus it is an error, which would blank every gauge, and the rows behind
 -- it still count.
