@@ -140,14 +140,12 @@ func (c *Checker) Run(ctx context.Context, repair bool) (*Report, error) {
 // reading every tenant is refused first: what it cannot see would look
 // orphaned.
 func (c *Checker) Tenants(ctx context.Context) ([]int64, error) {
-	var seesAll bool
-	var role string
-	if err := c.pool.QueryRow(ctx, gsql.Query("DriftRoleSeesEveryTenant")).Scan(&seesAll, &role); err != nil {
-		return nil, fmt.Errorf("check the PostgreSQL role: %w", err)
-	}
-	if !seesAll {
-		return nil, fmt.Errorf("PostgreSQL role %q cannot read every tenant's rows (row-level security): "+
-			"run as a member of graphsync_relay or a role with BYPASSRLS, or everything it cannot see would count as drift", role)
+	if err := gsql.CheckRoleSeesEveryTenant(ctx, c.pool); err != nil {
+		var roleErr *gsql.RoleError
+		if errors.As(err, &roleErr) {
+			return nil, fmt.Errorf("%w; everything it cannot see would count as drift", err)
+		}
+		return nil, err
 	}
 	var filter *int64
 	if c.cfg.TenantID != 0 {

@@ -37,7 +37,7 @@ func runDLQ(ctx context.Context, args []string) error {
 		// Before connecting: a mistyped subcommand needs no database.
 		return usageError{fmt.Sprintf("unknown dlq subcommand %q: want list, retry or discard", sub)}
 	}
-	words, err := parseFlagsWithArgs(fs, args[1:])
+	words, err := parseFlagsAndWords(fs, args[1:])
 	if err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func runDLQ(ctx context.Context, args []string) error {
 		}
 		ids = append(ids, id)
 	}
-	return conn.withPostgres(ctx, func(pool *pgxpool.Pool) error {
+	return conn.withRelayPostgres(ctx, "the dead letters would look empty and no id would be found", func(pool *pgxpool.Pool) error {
 		return dlqCommand(ctx, pool, sub, ids, *tenant, *limit)
 	})
 }
@@ -138,7 +138,7 @@ func runRetention(ctx context.Context, args []string) error {
 	if err := cfg.Validate(); err != nil {
 		return usageError{err.Error()}
 	}
-	return conn.withPostgres(ctx, func(pool *pgxpool.Pool) error {
+	return conn.withRelayPostgres(ctx, "retention would archive nothing", func(pool *pgxpool.Pool) error {
 		report, err := relay.Retain(ctx, pool, cfg)
 		fmt.Printf("retention: archived %d rows; partitions created %v; dropped %v\n",
 			report.Archived, report.PartitionsCreated, report.PartitionsDropped)

@@ -17,6 +17,7 @@ import (
 
 	"graphsync/drift"
 	"graphsync/internal/redact"
+	gsql "graphsync/sql"
 )
 
 // connFlags are the connection settings every command shares.
@@ -45,11 +46,13 @@ func (c *connFlags) register(fs *flag.FlagSet, needNeo4j bool) {
 // the flag package stops at the first word and drops every flag after it,
 // and `--until-caught-up false` would turn the flag on.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	words, err := parseFlagsWithArgs(fs, args)
-	if err == nil && len(words) > 0 {
-		err = usageError{fmt.Sprintf("unexpected argument %q: graphsync %s takes flags only (a true/false flag is set with --name=false)", words[0], fs.Name())}
+	if err := parseQuietly(fs, args); err != nil {
+		return err
 	}
-	return err
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q: graphsync %s takes flags only (a true/false flag is set with --name=false)", fs.Arg(0), fs.Name())}
+	}
+	return fillFromEnv(fs)
 }
 
 // zeroSetting is a flag whose zero its library reads as "the default"
@@ -83,15 +86,6 @@ func recheckWait(d time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-// parseFlagsWithArgs is parseFlags for a command that takes arguments after
-// its flags (`dlq retry IDS...`): it returns them.
-func parseFlagsWithArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	if err := parseQuietly(fs, args); err != nil {
-		return nil, err
-	}
-	return fs.Args(), fillFromEnv(fs)
-}
-
 // parseQuietly parses args; a mistake comes back as one usageError line
 // (the flag package would print every flag's usage after it), and --help
 // prints the usage.
@@ -111,7 +105,7 @@ func parseQuietly(fs *flag.FlagSet, args []string) error {
 
 // parseFlagsAndWords is parseFlags for a command whose positional words may
 // stand between its flags (`context --tenant 1 wireless speaker --format
-// json`): it returns the words in order. After "--" every argument is a
+// json`, `dlq retry 42 --tenant 7`): it returns the words in order. After "--" every argument is a
 // word, "--tenant=2" too: a caller that puts a user's text there cannot
 // have it read as a flag.
 func parseFlagsAndWords(fs *flag.FlagSet, args []string) ([]string, error) {
@@ -238,6 +232,31 @@ func (c *connFlags) withPostgres(ctx context.Context, fn func(*pgxpool.Pool) err
 	}
 	defer pool.Close()
 	return fn(pool)
+}
+
+// withRelayPostgres is withPostgres for a command that reads every
+// tenant's outbox rows (dlq, retention): a role that row-level security
+// keeps from them is refused first (requireRelayRole).
+func (c *connFlags) withRelayPostgres(ctx context.Context, consequence string, fn func(*pgxpool.Pool) error) error {
+	return c.withPostgres(ctx, func(pool *pgxpool.Pool) error {
+		if err := requireRelayRole(ctx, pool, consequence); err != nil {
+			return err
+		}
+		return fn(pool)
+	})
+}
+
+// requireRelayRole refuses (exit 2) a PostgreSQL role that cannot read every
+// tenant's rows (gsql.CheckRoleSeesEveryTenant), saying what the command
+// would have done with it: row-level security hides the rows without an
+// error.
+func requireRelayRole(ctx context.Context, pool *pgxpool.Pool, consequence string) error {
+	err := gsql.CheckRoleSeesEveryTenant(ctx, pool)
+	var roleErr *gsql.RoleError
+	if errors.As(err, &roleErr) {
+		return usageError{fmt.Sprintf("%v; %s", err, consequence)}
+	}
+	return err
 }
 
 // withServers runs fn with a pool of maxConns connections to PostgreSQL and

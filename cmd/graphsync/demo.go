@@ -128,6 +128,9 @@ func runSummary(ctx context.Context, args []string) error {
 		return err
 	}
 	return conn.withServers(ctx, 2, func(pool *pgxpool.Pool, driver neo4j.DriverWithContext) error {
+		if err := requireRelayRole(ctx, pool, "the summary would leave out every tenant it cannot see"); err != nil {
+			return err
+		}
 		return printSummary(ctx, os.Stdout, pool, driver, nil)
 	})
 }

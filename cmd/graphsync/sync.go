@@ -198,6 +198,9 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) (err error) {
 	if len(pending) > 0 {
 		return fmt.Errorf("PostgreSQL schema is not current (%d migrations pending, first %s): run graphsync migrate", len(pending), pending[0])
 	}
+	if err := requireRelayRole(ctx, pgPool, "sync would claim nothing and relay nothing, with every gauge at zero"); err != nil {
+		return err
+	}
 	driver, err := f.conn.openNeo4j(ctx, false)
 	var unreachable errNeo4jUnreachable
 	if errors.As(err, &unreachable) {

@@ -6,15 +6,6 @@
 -- (1000: every key), $6 only these ids (NULL: every id; the second look
 -- reads its suspects of a label at once).
 
--- name: DriftRoleSeesEveryTenant
--- Whether row-level security (migration 0004) lets this role read every
--- tenant's rows: a superuser, a role with BYPASSRLS, or one that has
--- graphsync_relay's privileges (USAGE: a NOINHERIT member has not). Any other role, the tables' owner included, sees one
--- tenant or none, and a check against what it sees would call the rest of
--- the graph orphaned (and a repair or rebuild remove it).
-SELECT r.rolsuper OR r.rolbypassrls OR pg_has_role(current_user, 'graphsync_relay', 'USAGE'), current_user::text
-FROM pg_roles r WHERE r.rolname = current_user;
-
 -- name: DriftTenants
 SELECT id FROM tenants WHERE ($1::bigint IS NULL OR id = $1) ORDER BY id;
 
