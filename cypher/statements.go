@@ -193,6 +193,13 @@ func relClearText(r graphmodel.Relationship) string {
 		endpoint(r.From, "from_id"), r.Type, r.To, graphmodel.PropOutboxID, graphmodel.KeyID)
 }
 
+// relMergeText merges a relationship from the row's event. A Single one is
+// merged only where the event won its From node's guard. Any other is
+// merged for every row (an event that lost still adds an edge the graph
+// lacks), but its properties are set on an edge that exists already only
+// where the event won: an OrderPlaced retried from the DLQ after a newer
+// one, or replayed beside sync, must not put an order line's older quantity
+// and price back (TestStaleEventLeavesRelationshipPropertiesAlone).
 func relMergeText(r graphmodel.Relationship) string {
 	var sb strings.Builder
 	sb.WriteString("UNWIND $rows AS row\n")
@@ -206,12 +213,22 @@ func relMergeText(r graphmodel.Relationship) string {
 		key = append(key, fmt.Sprintf("%[1]s: row.props.%[1]s", p.Key))
 	}
 	fmt.Fprintf(&sb, "MERGE (a)-[r:%s {%s}]->(b)", r.Type, strings.Join(key, ", "))
-	for i, p := range r.Properties {
-		sep := ",\n    "
-		if i == 0 {
-			sep = "\nSET "
+	if len(r.Properties) > 0 {
+		sets := make([]string, len(r.Properties))
+		for i, p := range r.Properties {
+			sets[i] = fmt.Sprintf("r.%[1]s = row.props.%[1]s", p.Key)
 		}
-		fmt.Fprintf(&sb, "%sr.%[2]s = row.props.%[2]s", sep, p.Key)
+		if r.Single {
+			fmt.Fprintf(&sb, "\nSET %s", strings.Join(sets, ",\n    "))
+		} else {
+			kept := make([]string, len(r.Properties))
+			for i, p := range r.Properties {
+				kept[i] = fmt.Sprintf("r.%[1]s = CASE WHEN a.%[2]s = row.outbox_id THEN row.props.%[1]s ELSE r.%[1]s END",
+					p.Key, graphmodel.PropOutboxID)
+			}
+			fmt.Fprintf(&sb, "\nON CREATE SET %s", strings.Join(sets, ",\n    "))
+			fmt.Fprintf(&sb, "\nON MATCH SET %s", strings.Join(kept, ",\n    "))
+		}
 	}
 	if !r.Single {
 		sb.WriteString("\nRETURN count(*) AS applied")

@@ -272,6 +272,38 @@ func TestLateOrderPlacedAddsFactsOnly(t *testing.T) {
 `, placeholders(i)...)
 }
 
+// An OrderPlaced applied after a newer OrderPlaced of the same order (a
+// dead letter retried after the order was amended and placed again, or a
+// replay beside sync) adds only the lines the graph lacks: the lines the
+// newer event wrote keep its quantity and price. In the same batch another
+// order's first OrderPlaced writes its line's values, and a line only the
+// stale event has is still added (as TestLateOrderPlacedAddsFactsOnly).
+func TestStaleEventLeavesRelationshipPropertiesAlone(t *testing.T) {
+	p, driver := liveProjector(t)
+	i := newIDs(t, driver)
+	deliverAll(t, p,
+		i.message(t, events.ProductCreated{ProductState: product(i.id(1), 1, "Mug", 0, "", 1999, "active")}),
+		i.message(t, events.ProductCreated{ProductState: product(i.id(2), 1, "Cup", 0, "", 500, "active")}))
+	stale := i.message(t, orderPlaced(i.id(20), i.id(30),
+		events.OrderLine{LineNo: 1, ProductID: i.id(1), Quantity: 1, UnitPriceCents: 1999},
+		events.OrderLine{LineNo: 2, ProductID: i.id(2), Quantity: 5, UnitPriceCents: 500}))
+	amended := orderPlaced(i.id(20), i.id(30), events.OrderLine{LineNo: 1, ProductID: i.id(1), Quantity: 3, UnitPriceCents: 1799})
+	amended.Version = 2
+	deliverAll(t, p, i.message(t, amended))
+	deliverAll(t, p, stale,
+		i.message(t, orderPlaced(i.id(21), i.id(30), events.OrderLine{LineNo: 1, ProductID: i.id(1), Quantity: 4, UnitPriceCents: 1899})))
+	got := dump(t, driver, i.tenant).String()
+	for _, want := range []string{
+		"(:Order {O1})-[:CONTAINS {line_no: 1, quantity: 3, unit_price_cents: 1799}]->(:Product {P1})",
+		"(:Order {O1})-[:CONTAINS {line_no: 2, quantity: 5, unit_price_cents: 500}]->(:Product {P2})",
+		"(:Order {O2})-[:CONTAINS {line_no: 1, quantity: 4, unit_price_cents: 1899}]->(:Product {P1})",
+	} {
+		if want = strings.NewReplacer(placeholders(i)...).Replace(want); !strings.Contains(got, want) {
+			t.Errorf("graph lacks %s:\n%s", want, got)
+		}
+	}
+}
+
 func TestDeletedProductStaysDeleted(t *testing.T) {
 	p, driver := liveProjector(t)
 	i := newIDs(t, driver)
