@@ -114,6 +114,12 @@ func (a *admission) admit(items []*item) (accepted []*item, rejected map[int64]e
 	return accepted, rejected
 }
 
+// check admits an item or says why not. Every reference is checked for
+// another tenant's id before any is checked for existence, and a reference
+// that can never be met (deleted) before one that is only not there yet: a
+// wait for one line's product must not hide that another line names another
+// tenant's product or a deleted one, which no wait can mend (the event
+// would otherwise be deferred for ever, uncounted, instead of failing).
 func (a *admission) check(it *item) error {
 	tenantID := it.msg.TenantID
 	for _, r := range it.refs {
@@ -131,6 +137,9 @@ func (a *admission) check(it *item) error {
 					r.field, strings.ToLower(r.label), r.id)
 			}
 		}
+	}
+	var wait error
+	for _, r := range it.refs {
 		if !r.mustExist {
 			continue
 		}
@@ -147,11 +156,13 @@ func (a *admission) check(it *item) error {
 		if a.graph.heldBy(a.tombstones[r.label], r.id, tenantID) {
 			return reject(it, ErrNotProjected, "%s: %s %d was deleted", r.field, strings.ToLower(r.label), r.id)
 		}
-		return &rejection{kind: ErrNotProjected, cause: relay.ErrDeferred, msg: it.name + ": " + fmt.Sprintf(
-			"%s: %s %d is not in the graph yet (its events are not projected yet); waiting for them",
-			r.field, strings.ToLower(r.label), r.id)}
+		if wait == nil {
+			wait = &rejection{kind: ErrNotProjected, cause: relay.ErrDeferred, msg: it.name + ": " + fmt.Sprintf(
+				"%s: %s %d is not in the graph yet (its events are not projected yet); waiting for them",
+				r.field, strings.ToLower(r.label), r.id)}
+		}
 	}
-	return nil
+	return wait
 }
 
 // ownersParams is the OwnersQuery's parameters for items: per label, the

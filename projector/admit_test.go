@@ -82,6 +82,28 @@ func TestAdmission(t *testing.T) {
 			kind:  []error{ErrCrossTenant},
 		},
 		{
+			// A wait for the first line must not hide the second: it
+			// would be deferred for ever instead of failing.
+			name:  "first line not projected yet, second of another tenant",
+			graph: owners{{"Product", 8}: {tenantB}},
+			items: func() []*item {
+				two := orderPlaced(9, 11, line(7), events.OrderLine{LineNo: 2, ProductID: 8, Quantity: 1, UnitPriceCents: 100})
+				return []*item{prep(a, two)}
+			},
+			want: []string{"lines[1].product_id: product 8 belongs to another tenant"},
+			kind: []error{ErrCrossTenant},
+		},
+		{
+			name:  "first line not projected yet, second deleted",
+			graph: owners{{"DeletedProduct", 8}: {tenantA}},
+			items: func() []*item {
+				two := orderPlaced(9, 11, line(7), events.OrderLine{LineNo: 2, ProductID: 8, Quantity: 1, UnitPriceCents: 100})
+				return []*item{prep(a, two)}
+			},
+			want: []string{"lines[1].product_id: product 8 was deleted"},
+			kind: []error{ErrNotProjected},
+		},
+		{
 			name:  "customer of another tenant",
 			graph: owners{{"Product", 7}: {tenantA}, {"Customer", 11}: {tenantB}},
 			items: func() []*item { return []*item{prep(a, orderPlaced(9, 11, line(7)))} },
