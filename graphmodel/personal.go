@@ -21,8 +21,43 @@ var (
 	// apart by any space (a pasted no-break space too), a dot or a dash.
 	phoneLike = regexp.MustCompile(strings.ReplaceAll(
 		`\+\d{1,3}SEP?\(?\d{1,4}\)?(SEP?\d{2,4}){2,4}|\((0\d{1,4}|\d{3})\)SEP?\d{3,4}SEP?\d{3,4}\b|\b\d{3}SEP\d{3,4}SEP\d{4}\b`,
-		"SEP", `[\s\v\p{Z}.\-]`))
+		"SEP", phoneSep))
+	// A national number: the trunk 0 (or the 00 of an international call)
+	// and groups apart by a space, a dot or a dash, as Europe writes them
+	// ("01 23 45 67 89", "030 1234567", "06-12345678", "0800 123 4567",
+	// "0049 30 1234567"). Only 9 to 13 digits in all count (nationalNumber):
+	// a date such as 01.02.2024 has 8.
+	nationalLike = regexp.MustCompile(strings.ReplaceAll(`\b0\d{1,4}(SEP\d{2,8}){1,4}\b`, "SEP", phoneSep))
 )
+
+// phoneMask stands where a phone number was.
+const phoneMask = "[phone number removed]"
+
+// phoneSep is what may stand between a phone number's groups: any space (a
+// pasted no-break space too), a dot or a dash.
+const phoneSep = `[\s\v\p{Z}.\-]`
+
+// nationalNumber reports whether a match of nationalLike has the digits of
+// a phone number.
+func nationalNumber(match string) bool {
+	digits := 0
+	for i := 0; i < len(match); i++ {
+		if match[i] >= '0' && match[i] <= '9' {
+			digits++
+		}
+	}
+	return digits >= 9 && digits <= 13
+}
+
+// hasNationalNumber reports whether text holds a national phone number.
+func hasNationalNumber(text string) bool {
+	for _, m := range nationalLike.FindAllString(text, -1) {
+		if nationalNumber(m) {
+			return true
+		}
+	}
+	return false
+}
 
 // PersonalData names the personal data text holds ("an e-mail address", "a
 // phone number"), or returns "" for none.
@@ -30,7 +65,7 @@ func PersonalData(text string) string {
 	switch {
 	case emailLike.MatchString(text):
 		return "an e-mail address"
-	case phoneLike.MatchString(text):
+	case phoneLike.MatchString(text), hasNationalNumber(text):
 		return "a phone number"
 	}
 	return ""
@@ -43,7 +78,13 @@ func PersonalData(text string) string {
 // none, so it ends.
 func MaskPersonalData(text string) string {
 	for {
-		masked := phoneLike.ReplaceAllString(emailLike.ReplaceAllString(text, "[e-mail removed]"), "[phone number removed]")
+		masked := phoneLike.ReplaceAllString(emailLike.ReplaceAllString(text, "[e-mail removed]"), phoneMask)
+		masked = nationalLike.ReplaceAllStringFunc(masked, func(m string) string {
+			if nationalNumber(m) {
+				return phoneMask
+			}
+			return m
+		})
 		if masked == text {
 			return text
 		}
