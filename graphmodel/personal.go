@@ -2,7 +2,10 @@ package graphmodel
 
 import (
 	"regexp"
+	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Personal data the graph must not hold. The allowlist keeps personal
@@ -22,37 +25,103 @@ var (
 	phoneLike = regexp.MustCompile(strings.ReplaceAll(
 		`\+\d{1,3}SEP?\(?\d{1,4}\)?(SEP?\d{2,4}){2,4}|\((0\d{1,4}|\d{3})\)SEP?\d{3,4}SEP?\d{3,4}\b|\b\d{3}SEP\d{3,4}SEP\d{4}\b`,
 		"SEP", phoneSep))
-	// A national number: the trunk 0 (or the 00 of an international call)
-	// and groups apart by a space, a dot or a dash, as Europe writes them
-	// ("01 23 45 67 89", "030 1234567", "06-12345678", "0800 123 4567",
-	// "0049 30 1234567"). Only 9 to 13 digits in all count (nationalNumber):
-	// a date such as 01.02.2024 has 8.
-	nationalLike = regexp.MustCompile(strings.ReplaceAll(`\b0\d{1,4}(SEP\d{2,8}){1,4}\b`, "SEP", phoneSep))
+	// National numbers (a trunk 0, or the 00 of an international call, and
+	// groups apart by one kind of separator all through, as Europe writes
+	// them) come in two sets of shapes, each with 9 to 13 digits in all:
+	//   - strong, masked wherever they stand: an area code and a subscriber
+	//     number of five digits or more ("030 1234567", "0171 1234567",
+	//     "06-12345678", "07700 900123"), and 00, a country and a number
+	//     ("0049 30 1234567");
+	//   - weak, masked only when no further group of digits stands right
+	//     before or after them: five pairs ("01 23 45 67 89",
+	//     "06.12.34.56.78") and three groups ("0800 123 4567", "020 7946
+	//     0958"). A longer list of the same shape ("DN 050 065 080 100") is
+	//     sizes or codes, not a number.
+	// A date (01.02.2024, or with a time or a range after it) has mixed
+	// separators or too few digits, and stays.
+	nationalStrong = nationalPattern(`0[1-9]\d{0,4}SEP\d{5,8}`, `00[1-9]\d{0,2}SEP\d{1,4}SEP\d{4,8}`)
+	nationalWeak   = nationalPattern(`0[1-9](SEP\d{2}){4}`, `0[1-9]\d{1,3}SEP\d{3,4}SEP\d{3,4}`)
 )
+
+// phoneSep is what may stand between the groups of phoneLike: any space (a
+// pasted no-break space too), a dot or a dash.
+const phoneSep = `[\s\v\p{Z}.\-]`
+
+// nationalSeps are the separators of a national number, one kind per match.
+var nationalSeps = []string{`[\s\v\p{Z}]`, `\.`, `-`}
+
+// nationalPattern is one regexp of the shapes, each written once per kind
+// of separator (SEP), between word boundaries.
+func nationalPattern(shapes ...string) *regexp.Regexp {
+	var alts []string
+	for _, shape := range shapes {
+		for _, sep := range nationalSeps {
+			alts = append(alts, `\b`+strings.ReplaceAll(shape, "SEP", sep)+`\b`)
+		}
+	}
+	return regexp.MustCompile(strings.Join(alts, "|"))
+}
 
 // phoneMask stands where a phone number was.
 const phoneMask = "[phone number removed]"
 
-// phoneSep is what may stand between a phone number's groups: any space (a
-// pasted no-break space too), a dot or a dash.
-const phoneSep = `[\s\v\p{Z}.\-]`
-
-// nationalNumber reports whether a match of nationalLike has the digits of
-// a phone number.
-func nationalNumber(match string) bool {
-	digits := 0
-	for i := 0; i < len(match); i++ {
-		if match[i] >= '0' && match[i] <= '9' {
-			digits++
+// nationalNumbers returns the [start, end) spans of the national numbers in
+// text, in order.
+func nationalNumbers(text string) [][]int {
+	var spans [][]int
+	for _, m := range nationalStrong.FindAllStringIndex(text, -1) {
+		if n := digitCount(text[m[0]:m[1]]); n >= 9 && n <= 13 {
+			spans = append(spans, m)
 		}
 	}
-	return digits >= 9 && digits <= 13
+	for _, m := range nationalWeak.FindAllStringIndex(text, -1) {
+		n := digitCount(text[m[0]:m[1]])
+		if n >= 9 && n <= 13 && !groupBefore(text[:m[0]]) && !groupAfter(text[m[1]:]) && !overlaps(spans, m) {
+			spans = append(spans, m)
+		}
+	}
+	slices.SortFunc(spans, func(a, b []int) int { return a[0] - b[0] })
+	return spans
 }
 
-// hasNationalNumber reports whether text holds a national phone number.
-func hasNationalNumber(text string) bool {
-	for _, m := range nationalLike.FindAllString(text, -1) {
-		if nationalNumber(m) {
+func digitCount(s string) int {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] >= '0' && s[i] <= '9' {
+			n++
+		}
+	}
+	return n
+}
+
+// groupBefore reports whether text ends in a digit and a separator;
+// groupAfter whether it starts with a separator and a digit.
+func groupBefore(text string) bool {
+	r, size := utf8.DecodeLastRuneInString(text)
+	if size == 0 || !isNationalSep(r) {
+		return false
+	}
+	r, _ = utf8.DecodeLastRuneInString(text[:len(text)-size])
+	return r >= '0' && r <= '9'
+}
+
+func groupAfter(text string) bool {
+	r, size := utf8.DecodeRuneInString(text)
+	if size == 0 || !isNationalSep(r) {
+		return false
+	}
+	r, _ = utf8.DecodeRuneInString(text[size:])
+	return r >= '0' && r <= '9'
+}
+
+func isNationalSep(r rune) bool {
+	return r == '.' || r == '-' || unicode.IsSpace(r) || unicode.In(r, unicode.Z)
+}
+
+// overlaps reports whether span m shares a byte with one of spans.
+func overlaps(spans [][]int, m []int) bool {
+	for _, s := range spans {
+		if m[0] < s[1] && s[0] < m[1] {
 			return true
 		}
 	}
@@ -65,7 +134,7 @@ func PersonalData(text string) string {
 	switch {
 	case emailLike.MatchString(text):
 		return "an e-mail address"
-	case phoneLike.MatchString(text), hasNationalNumber(text):
+	case phoneLike.MatchString(text), len(nationalNumbers(text)) > 0:
 		return "a phone number"
 	}
 	return ""
@@ -79,12 +148,17 @@ func PersonalData(text string) string {
 func MaskPersonalData(text string) string {
 	for {
 		masked := phoneLike.ReplaceAllString(emailLike.ReplaceAllString(text, "[e-mail removed]"), phoneMask)
-		masked = nationalLike.ReplaceAllStringFunc(masked, func(m string) string {
-			if nationalNumber(m) {
-				return phoneMask
+		if spans := nationalNumbers(masked); len(spans) > 0 {
+			var sb strings.Builder
+			last := 0
+			for _, m := range spans {
+				sb.WriteString(masked[last:m[0]])
+				sb.WriteString(phoneMask)
+				last = m[1]
 			}
-			return m
-		})
+			sb.WriteString(masked[last:])
+			masked = sb.String()
+		}
 		if masked == text {
 			return text
 		}
