@@ -3,6 +3,8 @@ package sql
 import (
 	"context"
 	"fmt"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // RoleError says that the connected PostgreSQL role cannot read every
@@ -17,7 +19,7 @@ type RoleError struct{ Role string }
 func (e *RoleError) Error() string {
 	return fmt.Sprintf("PostgreSQL role %q cannot read every tenant's rows (row-level security): "+
 		"run as a member of graphsync_relay (GRANT graphsync_relay TO %s, with INHERIT), a role with BYPASSRLS, or a superuser",
-		e.Role, e.Role)
+		e.Role, pgx.Identifier{e.Role}.Sanitize())
 }
 
 // CheckRoleSeesEveryTenant returns a *RoleError when the connected role

@@ -246,12 +246,19 @@ func (c *connFlags) withRelayPostgres(ctx context.Context, consequence string, f
 	})
 }
 
-// requireRelayRole refuses (exit 2) a PostgreSQL role that cannot read every
-// tenant's rows (gsql.CheckRoleSeesEveryTenant), saying what the command
-// would have done with it: row-level security hides the rows without an
-// error.
+// requireRelayRole refuses a schema with migrations pending, then (exit 2) a
+// PostgreSQL role that cannot read every tenant's rows
+// (gsql.CheckRoleSeesEveryTenant), saying what the command would have done
+// with it: row-level security hides the rows without an error.
 func requireRelayRole(ctx context.Context, pool *pgxpool.Pool, consequence string) error {
-	err := gsql.CheckRoleSeesEveryTenant(ctx, pool)
+	pending, err := gsql.Pending(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if len(pending) > 0 {
+		return fmt.Errorf("PostgreSQL schema is not current (%d migrations pending, first %s): run graphsync migrate", len(pending), pending[0])
+	}
+	err = gsql.CheckRoleSeesEveryTenant(ctx, pool)
 	var roleErr *gsql.RoleError
 	if errors.As(err, &roleErr) {
 		return usageError{fmt.Sprintf("%v; %s", err, consequence)}

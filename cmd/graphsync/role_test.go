@@ -63,7 +63,7 @@ func TestCommandsRefuseARoleThatCannotSeeEveryTenant(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			code, stderr := runCapturingStderr(t, append(args, "--log-level", "error"))
 			if code != 2 || !strings.Contains(stderr, `role "`+role+`" cannot read every tenant's rows`) ||
-				!strings.Contains(stderr, "GRANT graphsync_relay TO "+role) {
+				!strings.Contains(stderr, `GRANT graphsync_relay TO "`+role+`"`) {
 				t.Errorf("exit %d, want 2 naming the role and the grant; stderr:\n%s", code, stderr)
 			}
 		})
