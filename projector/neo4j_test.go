@@ -272,12 +272,12 @@ func TestLateOrderPlacedAddsFactsOnly(t *testing.T) {
 `, placeholders(i)...)
 }
 
-// An OrderPlaced applied after a newer OrderPlaced of the same order (a
-// dead letter retried after the order was amended and placed again, or a
-// replay beside sync) adds only the lines the graph lacks: the lines the
-// newer event wrote keep its quantity and price. In the same batch another
-// order's first OrderPlaced writes its line's values, and a line only the
-// stale event has is still added (as TestLateOrderPlacedAddsFactsOnly).
+// A newer OrderPlaced of an order changes the lines it has in common with
+// the one before. The older one applied after it (a dead letter retried
+// after the order was amended and placed again, or a replay beside sync)
+// adds only the lines the graph lacks: the lines the newer event wrote keep
+// its quantity and price. In the same batch another order's first
+// OrderPlaced writes its line's values.
 func TestStaleEventLeavesRelationshipPropertiesAlone(t *testing.T) {
 	p, driver := liveProjector(t)
 	i := newIDs(t, driver)
@@ -289,6 +289,10 @@ func TestStaleEventLeavesRelationshipPropertiesAlone(t *testing.T) {
 		events.OrderLine{LineNo: 2, ProductID: i.id(2), Quantity: 5, UnitPriceCents: 500}))
 	amended := orderPlaced(i.id(20), i.id(30), events.OrderLine{LineNo: 1, ProductID: i.id(1), Quantity: 3, UnitPriceCents: 1799})
 	amended.Version = 2
+	// The first OrderPlaced, then the amended one, which wins the guard
+	// and changes the line it has in common with the first; then the first
+	// again (retried from the DLQ), beside another order's first event.
+	deliverAll(t, p, stale)
 	deliverAll(t, p, i.message(t, amended))
 	deliverAll(t, p, stale,
 		i.message(t, orderPlaced(i.id(21), i.id(30), events.OrderLine{LineNo: 1, ProductID: i.id(1), Quantity: 4, UnitPriceCents: 1899})))
