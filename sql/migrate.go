@@ -105,20 +105,63 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
 		if _, done := applied[m.Version]; done {
 			continue
 		}
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+		if m.NoTransaction() {
+			err = applyOutsideTransaction(ctx, conn.Conn(), m)
+		} else {
+			err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, m.SQL); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, recordMigration, m.Version, m.Name, m.Checksum)
 				return err
-			}
-			_, err := tx.Exec(ctx, `INSERT INTO graphsync_schema_migrations (version, name, checksum) VALUES ($1, $2, $3)`,
-				m.Version, m.Name, m.Checksum)
-			return err
-		})
+			})
+		}
 		if err != nil {
 			return names, fmt.Errorf("migrate: apply %s: %w", m.Name, err)
 		}
 		names = append(names, m.Name)
 	}
 	return names, nil
+}
+
+const recordMigration = `INSERT INTO graphsync_schema_migrations (version, name, checksum) VALUES ($1, $2, $3)`
+
+// noTransactionMarker, as a migration's first line, has it applied outside
+// a transaction: a statement such as CREATE INDEX CONCURRENTLY, which builds
+// an index on a large table without holding producers' inserts back, cannot
+// run in one. Such a migration is one statement (several would run as one
+// implicit transaction), written so that running it again after an
+// interruption is safe (IF NOT EXISTS).
+const noTransactionMarker = "-- graphsync:no-transaction"
+
+// NoTransaction reports whether m is applied outside a transaction.
+func (m Migration) NoTransaction() bool {
+	return strings.HasPrefix(m.SQL, noTransactionMarker+"\n")
+}
+
+// applyOutsideTransaction runs m's one statement on its own, then records
+// it, unless the statement left an index invalid: a concurrent build that
+// failed or was interrupted leaves one behind, which IF NOT EXISTS would
+// then pass over for good. Such an index is named, for the operator to drop,
+// and the migration stays pending.
+func applyOutsideTransaction(ctx context.Context, conn *pgx.Conn, m Migration) error {
+	// No arguments: the simple protocol, one statement outside any
+	// transaction block.
+	if _, err := conn.Exec(ctx, m.SQL); err != nil {
+		return err
+	}
+	var invalid []string
+	if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(c.relname::text ORDER BY c.relname), '{}')
+		FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		WHERE NOT i.indisvalid AND c.relnamespace = current_schema()::regnamespace`).Scan(&invalid); err != nil {
+		return fmt.Errorf("check for invalid indexes: %w", err)
+	}
+	if len(invalid) > 0 {
+		return fmt.Errorf("index %s is invalid (a concurrent build failed or was interrupted): DROP INDEX CONCURRENTLY %s, then run graphsync migrate again",
+			strings.Join(invalid, ", "), pgx.Identifier{invalid[0]}.Sanitize())
+	}
+	_, err := conn.Exec(ctx, recordMigration, m.Version, m.Name, m.Checksum)
+	return err
 }
 
 // Pending returns the names of embedded migrations not yet applied, and an

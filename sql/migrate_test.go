@@ -241,3 +241,51 @@ func tenantText(id int64) string {
 	}
 	return strconv.FormatInt(id, 10)
 }
+
+// Migration 0011 builds its index CONCURRENTLY, outside a transaction, so
+// that producers go on inserting while it reads the outbox. A build that
+// failed leaves an invalid index of the name behind, which IF NOT EXISTS
+// would pass over for good: migrate names it and leaves the migration
+// pending; once it is dropped, migrate builds the index valid and records
+// the migration.
+func TestNoTransactionMigrationRefusesAnInvalidIndex(t *testing.T) {
+	_, pool := teststack.FreshDatabase(t)
+	ctx := context.Background()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var tenant int64
+	if err := pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('cic') RETURNING id`).Scan(&tenant); err != nil {
+		t.Fatal(err)
+	}
+	exec(`DELETE FROM graphsync_schema_migrations WHERE version = 11`)
+	exec(`DROP INDEX outbox_messages_failing_idx`)
+	exec(`INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
+		SELECT $1, 'Order', g, 'OrderPlaced', '{}' FROM generate_series(1, 2) g`, tenant)
+	// A unique build over two rows of one tenant fails, as an interrupted
+	// build would, and leaves its index invalid.
+	if _, err := pool.Exec(ctx, `CREATE UNIQUE INDEX CONCURRENTLY outbox_messages_failing_idx ON outbox_messages (tenant_id)`); err == nil {
+		t.Fatal("the unique build over duplicate tenant ids succeeded")
+	}
+	_, err := gsql.Migrate(ctx, pool)
+	if err == nil || !strings.Contains(err.Error(), "outbox_messages_failing_idx is invalid") {
+		t.Fatalf("migrate over an invalid index: %v", err)
+	}
+	if pending, err := gsql.Pending(ctx, pool); err != nil || len(pending) != 1 || pending[0] != "0011_failing_index.sql" {
+		t.Fatalf("pending %v (%v), want 0011 alone", pending, err)
+	}
+
+	exec(`DROP INDEX outbox_messages_failing_idx`)
+	applied, err := gsql.Migrate(ctx, pool)
+	if err != nil || len(applied) != 1 || applied[0] != "0011_failing_index.sql" {
+		t.Fatalf("migrate after the drop: applied %v, %v", applied, err)
+	}
+	var valid bool
+	if err := pool.QueryRow(ctx, `SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		WHERE c.relname = 'outbox_messages_failing_idx'`).Scan(&valid); err != nil || !valid {
+		t.Fatalf("the failing rows' index after migrate: valid %v, %v", valid, err)
+	}
+}

@@ -1,3 +1,4 @@
+-- graphsync:no-transaction
 -- The failing rows, by aggregate (docs/adr/0014, "The failing rows'
 -- index"). outbox_blocked_aggregates counts the aggregates whose pending
 -- events wait behind a failing one, at every scrape, and without this index
@@ -9,12 +10,11 @@
 -- claim's lease update (still HOT) and the mark of a row that never failed
 -- do not touch it.
 --
--- The build reads the whole table under a lock that holds producers' inserts
--- back (about 0.25 s per million rows); rather than queue every producer
--- behind a long transaction, the migration gives up after 5s of waiting for
--- that lock, and `graphsync migrate` can be run again.
-SET LOCAL lock_timeout = '5s';
-
-CREATE INDEX IF NOT EXISTS outbox_messages_failing_idx
+-- The build reads the whole table, which holds the processed rows of the
+-- retention window too (7 days by default): built CONCURRENTLY, outside a
+-- transaction (the marker above), it lets producers insert and the relay
+-- claim and mark while it reads. An interrupted build leaves an invalid
+-- index behind, which `graphsync migrate` names and asks to drop.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS outbox_messages_failing_idx
   ON outbox_messages (tenant_id, aggregate_type, aggregate_id)
-  WHERE processed_at IS NULL AND last_error IS NOT NULL;
+  WHERE processed_at IS NULL AND last_error IS NOT NULL
