@@ -357,8 +357,17 @@ INSERT INTO outbox_messages_archive SELECT * FROM moved;
 -- $1 age. An aggregate lease that ran out is no lease (the next claim of the
 -- aggregate takes it over), but one whose relay died and whose aggregate
 -- gets no more events would stay forever. Those that ran out longer ago
--- than $1 are removed.
-DELETE FROM outbox_aggregate_leases WHERE locked_until < now() - $1::interval;
+-- than $1 are removed, except the hold of an aggregate that waits for
+-- another aggregate's events (deferred_since) and still has an event
+-- pending: it keeps since when the aggregate has waited, for the deferral
+-- backoff and outbox_longest_wait_seconds, across an outage of the relays
+-- longer than $1 (the next claim takes it over with those columns).
+DELETE FROM outbox_aggregate_leases l
+WHERE l.locked_until < now() - $1::interval
+  AND (l.deferred_since IS NULL OR NOT EXISTS (
+    SELECT 1 FROM outbox_messages m
+    WHERE m.tenant_id = l.tenant_id AND m.aggregate_type = l.aggregate_type
+      AND m.aggregate_id = l.aggregate_id AND m.processed_at IS NULL));
 
 -- name: ArchivePartitions
 -- Monthly partitions of the archive with their bounds.
