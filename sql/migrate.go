@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -86,7 +88,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
 		return nil, fmt.Errorf("migrate: acquire connection: %w", err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(migrationsLockKey)); err != nil {
+	if err := takeMigrationLock(ctx, conn.Conn()); err != nil {
 		return nil, fmt.Errorf("migrate: take migration lock: %w", err)
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(migrationsLockKey)) //nolint:errcheck // released with the session anyway
@@ -139,8 +141,12 @@ func (m Migration) NoTransaction() bool {
 	return strings.HasPrefix(m.SQL, noTransactionMarker+"\n")
 }
 
+// concurrentIndex finds the index a CREATE INDEX CONCURRENTLY statement
+// builds.
+var concurrentIndex = regexp.MustCompile(`(?i)CREATE\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+(?:IF\s+NOT\s+EXISTS\s+)?([a-z_][a-z0-9_]*)`)
+
 // applyOutsideTransaction runs m's one statement on its own, then records
-// it, unless the statement left an index invalid: a concurrent build that
+// it, unless the index it builds concurrently is invalid: a build that
 // failed or was interrupted leaves one behind, which IF NOT EXISTS would
 // then pass over for good. Such an index is named, for the operator to drop,
 // and the migration stays pending.
@@ -150,19 +156,46 @@ func applyOutsideTransaction(ctx context.Context, conn *pgx.Conn, m Migration) e
 	if _, err := conn.Exec(ctx, m.SQL); err != nil {
 		return err
 	}
-	var invalid []string
-	if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(c.relname::text ORDER BY c.relname), '{}')
-		FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-		WHERE NOT i.indisvalid AND c.relnamespace = current_schema()::regnamespace`).Scan(&invalid); err != nil {
-		return fmt.Errorf("check for invalid indexes: %w", err)
-	}
-	if len(invalid) > 0 {
-		return fmt.Errorf("index %s is invalid (a concurrent build failed or was interrupted): DROP INDEX CONCURRENTLY %s, then run graphsync migrate again",
-			strings.Join(invalid, ", "), pgx.Identifier{invalid[0]}.Sanitize())
+	if match := concurrentIndex.FindStringSubmatch(m.SQL); match != nil {
+		name := match[1]
+		var valid *bool
+		if err := conn.QueryRow(ctx, `SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass($1)`, name).Scan(&valid); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("check index %s: %w", name, err)
+		}
+		if valid == nil || !*valid {
+			return fmt.Errorf("index %s is invalid or missing (a concurrent build failed or was interrupted): DROP INDEX CONCURRENTLY IF EXISTS %s, then run graphsync migrate again",
+				name, pgx.Identifier{name}.Sanitize())
+		}
 	}
 	_, err := conn.Exec(ctx, recordMigration, m.Version, m.Name, m.Checksum)
 	return err
 }
+
+// takeMigrationLock takes the session lock that serialises migrate runs,
+// asking again every lockPoll instead of waiting inside
+// pg_advisory_lock: a statement waiting there holds a snapshot, and a
+// CREATE INDEX CONCURRENTLY in the run that holds the lock waits for every
+// such snapshot to end, while the waiter waits for the lock: a deadlock,
+// which PostgreSQL breaks by failing the index build.
+func takeMigrationLock(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		var taken bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(migrationsLockKey)).Scan(&taken); err != nil {
+			return err
+		}
+		if taken {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(lockPoll):
+		}
+	}
+}
+
+// lockPoll is how often a migrate run waiting for another asks for the lock.
+const lockPoll = 200 * time.Millisecond
 
 // Pending returns the names of embedded migrations not yet applied, and an
 // error if an applied one was edited. Readiness checks call it.

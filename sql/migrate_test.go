@@ -289,3 +289,44 @@ func TestNoTransactionMigrationRefusesAnInvalidIndex(t *testing.T) {
 		t.Fatalf("the failing rows' index after migrate: valid %v, %v", valid, err)
 	}
 }
+
+// Two migrate runs at once serialise, also over 0011's concurrent build: a
+// run waiting for the other's lock inside pg_advisory_lock held a snapshot
+// the build waited for, while it waited for the lock, and PostgreSQL broke
+// the deadlock by failing the build (leaving its index invalid).
+func TestConcurrentMigrateRunsWaitForEachOther(t *testing.T) {
+	_, pool := teststack.FreshDatabase(t)
+	ctx := context.Background()
+	var tenant int64
+	if err := pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('two runs') RETURNING id`).Scan(&tenant); err != nil {
+		t.Fatal(err)
+	}
+	// Rows enough that the build lasts while the other run asks for the lock.
+	for _, sql := range []string{`DELETE FROM graphsync_schema_migrations WHERE version = 11`, `DROP INDEX outbox_messages_failing_idx`,
+		`INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
+		 SELECT ` + strconv.FormatInt(tenant, 10) + `, 'Order', g, 'OrderPlaced', '{}' FROM generate_series(1, 100000) g`} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := gsql.Migrate(ctx, pool)
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Errorf("migrate beside another: %v", err)
+		}
+	}
+	var valid bool
+	if err := pool.QueryRow(ctx, `SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		WHERE c.relname = 'outbox_messages_failing_idx'`).Scan(&valid); err != nil || !valid {
+		t.Fatalf("the failing rows' index after two migrate runs: valid %v, %v", valid, err)
+	}
+	if pending, err := gsql.Pending(ctx, pool); err != nil || len(pending) != 0 {
+		t.Fatalf("pending %v, %v", pending, err)
+	}
+}
