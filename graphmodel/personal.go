@@ -25,22 +25,8 @@ var (
 	phoneLike = regexp.MustCompile(strings.ReplaceAll(
 		`\+\d{1,3}SEP?\(?\d{1,4}\)?(SEP?\d{2,4}){2,4}|\((0\d{1,4}|\d{3})\)SEP?\d{3,4}SEP?\d{3,4}\b|\b\d{3}SEP\d{3,4}SEP\d{4}\b`,
 		"SEP", phoneSep))
-	// National numbers (a trunk 0, or the 00 of an international call, and
-	// groups apart by one kind of separator all through, as Europe writes
-	// them) come in two sets of shapes, each with 9 to 13 digits in all:
-	//   - strong, masked wherever they stand: an area code and a subscriber
-	//     number of five digits or more ("030 1234567", "0171 1234567",
-	//     "06-12345678", "07700 900123"), and 00, a country and a number
-	//     ("0049 30 1234567");
-	//   - weak, masked only when no further group of digits stands right
-	//     before or after them: five pairs ("01 23 45 67 89",
-	//     "06.12.34.56.78") and three groups ("0800 123 4567", "020 7946
-	//     0958"). A longer list of the same shape ("DN 050 065 080 100") is
-	//     sizes or codes, not a number.
-	// A date (01.02.2024, or with a time or a range after it) has mixed
-	// separators or too few digits, and stays.
-	nationalStrong = nationalPattern(`0[1-9]\d{0,4}SEP\d{5,8}`, `00[1-9]\d{0,2}SEP\d{1,4}SEP\d{4,8}`)
-	nationalWeak   = nationalPattern(`0[1-9](SEP\d{2}){4}`, `0[1-9]\d{1,3}SEP\d{3,4}SEP\d{3,4}`)
+	// National numbers, with a trunk 0 or the 00 of an international call,
+	// are nationalShapes.
 )
 
 // phoneSep is what may stand between the groups of phoneLike: any space (a
@@ -50,14 +36,45 @@ const phoneSep = `[\s\v\p{Z}.\-]`
 // nationalSeps are the separators of a national number, one kind per match.
 var nationalSeps = []string{`[\s\v\p{Z}]`, `\.`, `-`}
 
-// nationalPattern is one regexp of the shapes, each written once per kind
-// of separator (SEP), between word boundaries.
-func nationalPattern(shapes ...string) *regexp.Regexp {
-	var alts []string
-	for _, shape := range shapes {
-		for _, sep := range nationalSeps {
-			alts = append(alts, `\b`+strings.ReplaceAll(shape, "SEP", sep)+`\b`)
-		}
+// nationalShape is one way of writing a national number.
+type nationalShape struct {
+	re                   *regexp.Regexp
+	minDigits, maxDigits int
+	// listGroup: a weak shape, masked only when no group of minGroup to
+	// maxGroup digits stands right before or after it with the same
+	// separator (unless that group belongs to a number itself): such a
+	// list is sizes or codes ("DN 050 065 080 100"), not a number.
+	listGroup          bool
+	minGroup, maxGroup int
+	// barcodeGuard: passed over when a single digit and a separator stand
+	// right before it, as an EAN-13 printed 1-6-6 ("5 012345 678900").
+	barcodeGuard bool
+}
+
+// nationalShapes, in the order they claim text:
+//   - 00, a country code and a number ("0049 30 1234567", "0044 20 7946
+//     0958"): 11 to 17 digits;
+//   - an area code and a subscriber number of five digits or more ("030
+//     1234567", "0171 1234567", "06-12345678", "07700 900123"), wherever it
+//     stands (beside a year, a postcode, another number);
+//   - five pairs ("01 23 45 67 89", "06.12.34.56.78") and three groups
+//     ("0800 123 4567", "020 7946 0958"), unless part of a longer list.
+//
+// A date (01.02.2024, or with a time or a range after it) mixes separators
+// or has too few digits, and stays.
+var nationalShapes = []nationalShape{
+	{re: nationalPattern(`00[1-9]\d{0,2}(SEP\d{1,8}){2,4}`), minDigits: 11, maxDigits: 17},
+	{re: nationalPattern(`0[1-9]\d{0,4}SEP\d{5,8}`), minDigits: 9, maxDigits: 13, barcodeGuard: true},
+	{re: nationalPattern(`0[1-9](SEP\d{2}){4}`), minDigits: 10, maxDigits: 10, listGroup: true, minGroup: 2, maxGroup: 2},
+	{re: nationalPattern(`0[1-9]\d{1,3}SEP\d{3,4}SEP\d{3,4}`), minDigits: 9, maxDigits: 13, listGroup: true, minGroup: 3, maxGroup: 4},
+}
+
+// nationalPattern is one regexp of a shape, written once per kind of
+// separator (SEP), between word boundaries.
+func nationalPattern(shape string) *regexp.Regexp {
+	alts := make([]string, len(nationalSeps))
+	for i, sep := range nationalSeps {
+		alts[i] = `\b` + strings.ReplaceAll(shape, "SEP", sep) + `\b`
 	}
 	return regexp.MustCompile(strings.Join(alts, "|"))
 }
@@ -68,15 +85,43 @@ const phoneMask = "[phone number removed]"
 // nationalNumbers returns the [start, end) spans of the national numbers in
 // text, in order.
 func nationalNumbers(text string) [][]int {
-	var spans [][]int
-	for _, m := range nationalStrong.FindAllStringIndex(text, -1) {
-		if n := digitCount(text[m[0]:m[1]]); n >= 9 && n <= 13 {
-			spans = append(spans, m)
+	type candidate struct {
+		span  []int
+		shape *nationalShape
+	}
+	var candidates []candidate
+	for i := range nationalShapes {
+		shape := &nationalShapes[i]
+		for _, m := range shape.re.FindAllStringIndex(text, -1) {
+			if n := digitCount(text[m[0]:m[1]]); n >= shape.minDigits && n <= shape.maxDigits {
+				candidates = append(candidates, candidate{m, shape})
+			}
 		}
 	}
-	for _, m := range nationalWeak.FindAllStringIndex(text, -1) {
-		n := digitCount(text[m[0]:m[1]])
-		if n >= 9 && n <= 13 && !groupBefore(text[:m[0]]) && !groupAfter(text[m[1]:]) && !overlaps(spans, m) {
+	inNumber := func(pos int) bool {
+		for _, c := range candidates {
+			if c.span[0] <= pos && pos < c.span[1] {
+				return true
+			}
+		}
+		return false
+	}
+	var spans [][]int
+	for _, c := range candidates {
+		m, shape := c.span, c.shape
+		if shape.barcodeGuard && singleDigitBefore(text[:m[0]]) {
+			continue
+		}
+		if shape.listGroup {
+			kind := sepKindOf(text[m[0]:m[1]])
+			if start, width := groupBefore(text[:m[0]], kind); width >= shape.minGroup && width <= shape.maxGroup && !inNumber(start) {
+				continue
+			}
+			if start, width := groupAfter(text, m[1], kind); width >= shape.minGroup && width <= shape.maxGroup && !inNumber(start) {
+				continue
+			}
+		}
+		if !overlaps(spans, m) {
 			spans = append(spans, m)
 		}
 	}
@@ -87,35 +132,77 @@ func nationalNumbers(text string) [][]int {
 func digitCount(s string) int {
 	n := 0
 	for i := 0; i < len(s); i++ {
-		if s[i] >= '0' && s[i] <= '9' {
+		if isDigit(s[i]) {
 			n++
 		}
 	}
 	return n
 }
 
-// groupBefore reports whether text ends in a digit and a separator;
-// groupAfter whether it starts with a separator and a digit.
-func groupBefore(text string) bool {
+func isDigit(b byte) bool { return b >= '0' && b <= '9' }
+
+// sepKind sorts a separator: 1 a space, 2 a dot, 3 a dash, 0 none.
+func sepKind(r rune) int {
+	switch {
+	case r == '.':
+		return 2
+	case r == '-':
+		return 3
+	case unicode.IsSpace(r) || unicode.In(r, unicode.Z):
+		return 1
+	}
+	return 0
+}
+
+// sepKindOf is the kind of the first separator in a match.
+func sepKindOf(match string) int {
+	for _, r := range match {
+		if k := sepKind(r); k != 0 {
+			return k
+		}
+	}
+	return 0
+}
+
+// groupBefore returns where the run of digits that ends right before a
+// separator of kind at the end of text starts, and its width (0: none).
+func groupBefore(text string, kind int) (start, width int) {
 	r, size := utf8.DecodeLastRuneInString(text)
-	if size == 0 || !isNationalSep(r) {
-		return false
+	if size == 0 || sepKind(r) != kind {
+		return 0, 0
 	}
-	r, _ = utf8.DecodeLastRuneInString(text[:len(text)-size])
-	return r >= '0' && r <= '9'
+	end := len(text) - size
+	start = end
+	for start > 0 && isDigit(text[start-1]) {
+		start--
+	}
+	return start, end - start
 }
 
-func groupAfter(text string) bool {
-	r, size := utf8.DecodeRuneInString(text)
-	if size == 0 || !isNationalSep(r) {
-		return false
+// groupAfter returns where the run of digits right after a separator of kind
+// at text[at:] starts, and its width (0: none).
+func groupAfter(text string, at, kind int) (start, width int) {
+	r, size := utf8.DecodeRuneInString(text[at:])
+	if size == 0 || sepKind(r) != kind {
+		return 0, 0
 	}
-	r, _ = utf8.DecodeRuneInString(text[size:])
-	return r >= '0' && r <= '9'
+	start = at + size
+	end := start
+	for end < len(text) && isDigit(text[end]) {
+		end++
+	}
+	return start, end - start
 }
 
-func isNationalSep(r rune) bool {
-	return r == '.' || r == '-' || unicode.IsSpace(r) || unicode.In(r, unicode.Z)
+// singleDigitBefore reports whether text ends in a separator after a lone
+// digit.
+func singleDigitBefore(text string) bool {
+	r, size := utf8.DecodeLastRuneInString(text)
+	if size == 0 || sepKind(r) == 0 {
+		return false
+	}
+	start, width := groupBefore(text, sepKind(r))
+	return width == 1 && (start == 0 || !isDigit(text[start-1]))
 }
 
 // overlaps reports whether span m shares a byte with one of spans.
@@ -147,7 +234,9 @@ func PersonalData(text string) string {
 // none, so it ends.
 func MaskPersonalData(text string) string {
 	for {
-		masked := phoneLike.ReplaceAllString(emailLike.ReplaceAllString(text, "[e-mail removed]"), phoneMask)
+		// National numbers before phoneLike, whose 3-3/4-4 groups could
+		// otherwise take the end of one number and the start of the next.
+		masked := emailLike.ReplaceAllString(text, "[e-mail removed]")
 		if spans := nationalNumbers(masked); len(spans) > 0 {
 			var sb strings.Builder
 			last := 0
@@ -159,6 +248,7 @@ func MaskPersonalData(text string) string {
 			sb.WriteString(masked[last:])
 			masked = sb.String()
 		}
+		masked = phoneLike.ReplaceAllString(masked, phoneMask)
 		if masked == text {
 			return text
 		}

@@ -39,6 +39,10 @@ func TestPersonalData(t *testing.T) {
 		"DN 050 065 080 100, Grössen 036 038 040 042":     "",
 		"sizes 04 06 08 10 12 14":                         "",
 		"prices 09.99 19.99 29.99":                        "",
+		"Berlin 0049 30 12345678, 0049 171 1234567":       "a phone number",
+		"London 0044 7700 900123":                         "a phone number",
+		"EAN 5 012345 678900, 4 012345 678901":            "",
+		"UPC 0 036000 291452":                             "",
 		"part no. 5551234567, 2 pack":                     "",
 		"model (2024) 1500-2000 rpm":                      "",
 		"A mug, 350 ml, SKU-1":                            "",
@@ -113,6 +117,31 @@ func TestMaskPersonalDataLeavesNoneBehind(t *testing.T) {
 	for _, text := range []string{"+1 2 3333 4444 5555 6666777 888 9999", "+49 30 1234 5678 9012 3456555-123-4567"} {
 		if masked := MaskPersonalData(text); PersonalData(masked) != "" {
 			t.Errorf("MaskPersonalData(%q) = %q, which still holds %s", text, masked, PersonalData(masked))
+		}
+	}
+}
+
+// Masking takes the whole number and nothing beside it. Checking a masked
+// text with the same patterns cannot see a number cut in two (its rest is
+// too short to match), so these are the exact outputs.
+func TestMaskPersonalDataTakesWholeNumbers(t *testing.T) {
+	for text, want := range map[string]string{
+		"0044 20 7946 0958":                 "[phone number removed]",
+		"Tel 0800 123 4567 0800 123 4568":   "Tel [phone number removed] [phone number removed]",
+		"Tél. 01 23 45 67 89 7j/7":          "Tél. [phone number removed] 7j/7",
+		"Service 01.23.45.67.89 2 fois":     "Service [phone number removed] 2 fois",
+		"Stand 01.02.2024 01 23 45 67 89":   "Stand 01.02.2024 [phone number removed]",
+		"Hotline 0800 123 4567 24/7":        "Hotline [phone number removed] 24/7",
+		"Tel 030 1234567 2024":              "Tel [phone number removed] 2024",
+		"Tel/Fax 030 1234567 030 7654321":   "Tel/Fax [phone number removed] [phone number removed]",
+		"DN 050 065 080 100":                "DN 050 065 080 100",
+		"sizes 04 06 08 10 12 14":           "sizes 04 06 08 10 12 14",
+		"EAN 5 012345 678900":               "EAN 5 012345 678900",
+		"call +44 20 7946 0958 after six":   "call [phone number removed] after six",
+		"mail ada@example.org, 06-12345678": "mail [e-mail removed], [phone number removed]",
+	} {
+		if got := MaskPersonalData(text); got != want {
+			t.Errorf("MaskPersonalData(%q) = %q, want %q", text, got, want)
 		}
 	}
 }
