@@ -40,33 +40,39 @@ var nationalSeps = []string{`[\s\v\p{Z}]`, `\.`, `-`}
 type nationalShape struct {
 	re                   *regexp.Regexp
 	minDigits, maxDigits int
-	// listGroup: a weak shape, masked only when no group of minGroup to
-	// maxGroup digits stands right before or after it with the same
-	// separator (unless that group belongs to a number itself): such a
-	// list is sizes or codes ("DN 050 065 080 100"), not a number.
-	listGroup          bool
-	minGroup, maxGroup int
-	// barcodeGuard: passed over when a single digit and a separator stand
-	// right before it, as an EAN-13 printed 1-6-6 ("5 012345 678900").
+	// trim: a match with more digits than maxDigits (a year or a postcode
+	// after the number) loses trailing groups until it fits, and ends
+	// before a group that starts another 00 number.
+	trim bool
+	// groups: a list shape of this many groups. When its groups are all of
+	// one width and more groups of that width follow or precede it with the
+	// same separator, it is masked only if the whole run splits into
+	// numbers of the shape, each starting with a trunk 0 (two numbers side
+	// by side); any other run is sizes or codes ("DN 050 065 080 100",
+	// "sizes 04 06 08 10 12 14", the months 01 to 12).
+	groups int
+	// barcodeGuard: passed over when its two groups have six digits each
+	// and a lone digit and a separator stand before it, as an EAN-13 is
+	// printed ("5 012345 678900").
 	barcodeGuard bool
 }
 
 // nationalShapes, in the order they claim text:
 //   - 00, a country code and a number ("0049 30 1234567", "0044 20 7946
-//     0958"): 11 to 17 digits;
+//     0958", "0033 6 12 34 56 78"): 11 to 17 digits;
 //   - an area code and a subscriber number of five digits or more ("030
 //     1234567", "0171 1234567", "06-12345678", "07700 900123"), wherever it
 //     stands (beside a year, a postcode, another number);
 //   - five pairs ("01 23 45 67 89", "06.12.34.56.78") and three groups
-//     ("0800 123 4567", "020 7946 0958"), unless part of a longer list.
+//     ("0800 123 4567", "020 7946 0958"), unless part of a list.
 //
 // A date (01.02.2024, or with a time or a range after it) mixes separators
 // or has too few digits, and stays.
 var nationalShapes = []nationalShape{
-	{re: nationalPattern(`00[1-9]\d{0,2}(SEP\d{1,8}){2,4}`), minDigits: 11, maxDigits: 17},
+	{re: nationalPattern(`00[1-9]\d{0,2}(SEP\d{1,8}){2,5}`), minDigits: 11, maxDigits: 17, trim: true},
 	{re: nationalPattern(`0[1-9]\d{0,4}SEP\d{5,8}`), minDigits: 9, maxDigits: 13, barcodeGuard: true},
-	{re: nationalPattern(`0[1-9](SEP\d{2}){4}`), minDigits: 10, maxDigits: 10, listGroup: true, minGroup: 2, maxGroup: 2},
-	{re: nationalPattern(`0[1-9]\d{1,3}SEP\d{3,4}SEP\d{3,4}`), minDigits: 9, maxDigits: 13, listGroup: true, minGroup: 3, maxGroup: 4},
+	{re: nationalPattern(`0[1-9](SEP\d{2}){4}`), minDigits: 10, maxDigits: 10, groups: 5},
+	{re: nationalPattern(`0[1-9]\d{1,3}SEP\d{3,4}SEP\d{3,4}`), minDigits: 9, maxDigits: 13, groups: 3},
 }
 
 // nationalPattern is one regexp of a shape, written once per kind of
@@ -82,61 +88,164 @@ func nationalPattern(shape string) *regexp.Regexp {
 // phoneMask stands where a phone number was.
 const phoneMask = "[phone number removed]"
 
+// group is a run of digits in a text: [start, end).
+type group struct{ start, end int }
+
+func (g group) width() int { return g.end - g.start }
+
+// groupsOf splits the span [start, end) of text into its runs of digits.
+func groupsOf(text string, start, end int) []group {
+	var gs []group
+	for i := start; i < end; {
+		if !isDigit(text[i]) {
+			i++
+			continue
+		}
+		j := i
+		for j < end && isDigit(text[j]) {
+			j++
+		}
+		gs = append(gs, group{i, j})
+		i = j
+	}
+	return gs
+}
+
 // nationalNumbers returns the [start, end) spans of the national numbers in
 // text, in order.
 func nationalNumbers(text string) [][]int {
-	type candidate struct {
-		span  []int
-		shape *nationalShape
-	}
-	var candidates []candidate
+	var spans [][]int
 	for i := range nationalShapes {
 		shape := &nationalShapes[i]
 		for _, m := range shape.re.FindAllStringIndex(text, -1) {
-			if n := digitCount(text[m[0]:m[1]]); n >= shape.minDigits && n <= shape.maxDigits {
-				candidates = append(candidates, candidate{m, shape})
+			gs := groupsOf(text, m[0], m[1])
+			if shape.trim {
+				gs = trimGroups(text, gs, shape.maxDigits)
 			}
-		}
-	}
-	inNumber := func(pos int) bool {
-		for _, c := range candidates {
-			if c.span[0] <= pos && pos < c.span[1] {
-				return true
+			n := 0
+			for _, g := range gs {
+				n += g.width()
 			}
-		}
-		return false
-	}
-	var spans [][]int
-	for _, c := range candidates {
-		m, shape := c.span, c.shape
-		if shape.barcodeGuard && singleDigitBefore(text[:m[0]]) {
-			continue
-		}
-		if shape.listGroup {
-			kind := sepKindOf(text[m[0]:m[1]])
-			if start, width := groupBefore(text[:m[0]], kind); width >= shape.minGroup && width <= shape.maxGroup && !inNumber(start) {
+			if n < shape.minDigits || n > shape.maxDigits {
 				continue
 			}
-			if start, width := groupAfter(text, m[1], kind); width >= shape.minGroup && width <= shape.maxGroup && !inNumber(start) {
+			span := []int{gs[0].start, gs[len(gs)-1].end}
+			if shape.barcodeGuard && len(gs) == 2 && gs[0].width() == 6 && gs[1].width() == 6 && singleDigitBefore(text[:span[0]]) {
 				continue
 			}
-		}
-		if !overlaps(spans, m) {
-			spans = append(spans, m)
+			if shape.groups > 0 && inList(text, gs, shape.groups, sepKindOf(text[span[0]:span[1]])) {
+				continue
+			}
+			if !overlaps(spans, span) {
+				spans = append(spans, span)
+			}
 		}
 	}
 	slices.SortFunc(spans, func(a, b []int) int { return a[0] - b[0] })
 	return spans
 }
 
-func digitCount(s string) int {
-	n := 0
-	for i := 0; i < len(s); i++ {
-		if isDigit(s[i]) {
-			n++
+// trimGroups drops the groups from the first that starts another 00 number,
+// then trailing groups while there are more than maxDigits digits.
+func trimGroups(text string, gs []group, maxDigits int) []group {
+	for i := 1; i < len(gs); i++ {
+		if strings.HasPrefix(text[gs[i].start:gs[i].end], "00") {
+			gs = gs[:i]
+			break
 		}
 	}
-	return n
+	n := 0
+	for _, g := range gs {
+		n += g.width()
+	}
+	for len(gs) > 1 && n > maxDigits {
+		n -= gs[len(gs)-1].width()
+		gs = gs[:len(gs)-1]
+	}
+	return gs
+}
+
+// inList reports whether a match of a list shape (its groups gs, its
+// separator kind) is part of a list: its groups all have one width, the run
+// of whole groups of that width with that separator around it is longer
+// than the match, and the run does not split into numbers of the shape.
+func inList(text string, gs []group, groups, kind int) bool {
+	w := gs[0].width()
+	for _, g := range gs {
+		if g.width() != w {
+			return false
+		}
+	}
+	run := slices.Clone(gs)
+	for {
+		g, ok := wholeGroupBefore(text, run[0].start, kind)
+		if !ok || g.width() != w {
+			break
+		}
+		run = append([]group{g}, run...)
+	}
+	for {
+		g, ok := wholeGroupAfter(text, run[len(run)-1].end, kind)
+		if !ok || g.width() != w {
+			break
+		}
+		run = append(run, g)
+	}
+	if len(run) == len(gs) {
+		return false
+	}
+	if len(run)%groups != 0 {
+		return true
+	}
+	for i := 0; i < len(run); i += groups {
+		if d := text[run[i].start:run[i].end]; d[0] != '0' || d[1] == '0' {
+			return true
+		}
+	}
+	return false
+}
+
+// wholeGroupAfter returns the run of digits after a separator of kind at
+// text[at:], when it is a whole group: followed by the end, a separator or
+// punctuation, not by a letter or a "/" or ":" ("24h", "24/7", "10:00").
+func wholeGroupAfter(text string, at, kind int) (group, bool) {
+	r, size := utf8.DecodeRuneInString(text[at:])
+	if size == 0 || sepKind(r) != kind {
+		return group{}, false
+	}
+	g := group{at + size, at + size}
+	for g.end < len(text) && isDigit(text[g.end]) {
+		g.end++
+	}
+	if g.width() == 0 {
+		return group{}, false
+	}
+	next, _ := utf8.DecodeRuneInString(text[g.end:])
+	if g.end < len(text) && (unicode.IsLetter(next) || next == '/' || next == ':') {
+		return group{}, false
+	}
+	return g, true
+}
+
+// wholeGroupBefore is wholeGroupAfter's mirror: the run of digits before a
+// separator of kind that ends at text[:at].
+func wholeGroupBefore(text string, at, kind int) (group, bool) {
+	r, size := utf8.DecodeLastRuneInString(text[:at])
+	if size == 0 || sepKind(r) != kind {
+		return group{}, false
+	}
+	g := group{at - size, at - size}
+	for g.start > 0 && isDigit(text[g.start-1]) {
+		g.start--
+	}
+	if g.width() == 0 {
+		return group{}, false
+	}
+	prev, _ := utf8.DecodeLastRuneInString(text[:g.start])
+	if g.start > 0 && (unicode.IsLetter(prev) || prev == '/' || prev == ':') {
+		return group{}, false
+	}
+	return g, true
 }
 
 func isDigit(b byte) bool { return b >= '0' && b <= '9' }
@@ -164,36 +273,6 @@ func sepKindOf(match string) int {
 	return 0
 }
 
-// groupBefore returns where the run of digits that ends right before a
-// separator of kind at the end of text starts, and its width (0: none).
-func groupBefore(text string, kind int) (start, width int) {
-	r, size := utf8.DecodeLastRuneInString(text)
-	if size == 0 || sepKind(r) != kind {
-		return 0, 0
-	}
-	end := len(text) - size
-	start = end
-	for start > 0 && isDigit(text[start-1]) {
-		start--
-	}
-	return start, end - start
-}
-
-// groupAfter returns where the run of digits right after a separator of kind
-// at text[at:] starts, and its width (0: none).
-func groupAfter(text string, at, kind int) (start, width int) {
-	r, size := utf8.DecodeRuneInString(text[at:])
-	if size == 0 || sepKind(r) != kind {
-		return 0, 0
-	}
-	start = at + size
-	end := start
-	for end < len(text) && isDigit(text[end]) {
-		end++
-	}
-	return start, end - start
-}
-
 // singleDigitBefore reports whether text ends in a separator after a lone
 // digit.
 func singleDigitBefore(text string) bool {
@@ -201,8 +280,8 @@ func singleDigitBefore(text string) bool {
 	if size == 0 || sepKind(r) == 0 {
 		return false
 	}
-	start, width := groupBefore(text, sepKind(r))
-	return width == 1 && (start == 0 || !isDigit(text[start-1]))
+	g, ok := wholeGroupBefore(text, len(text), sepKind(r))
+	return ok && g.width() == 1
 }
 
 // overlaps reports whether span m shares a byte with one of spans.

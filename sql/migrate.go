@@ -142,8 +142,20 @@ func (m Migration) NoTransaction() bool {
 }
 
 // concurrentIndex finds the index a CREATE INDEX CONCURRENTLY statement
-// builds.
-var concurrentIndex = regexp.MustCompile(`(?i)CREATE\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+(?:IF\s+NOT\s+EXISTS\s+)?([a-z_][a-z0-9_]*)`)
+// builds, as written (quoted, or qualified by its schema): to_regclass reads
+// it the way the statement did.
+var concurrentIndex = regexp.MustCompile(`(?is)CREATE\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+(?:IF\s+NOT\s+EXISTS\s+)?((?:"[^"]+"|[a-z_][a-z0-9_$]*)(?:\.(?:"[^"]+"|[a-z_][a-z0-9_$]*))?)`)
+
+// withoutComments is sql without its -- comment lines.
+func withoutComments(sql string) string {
+	var lines []string
+	for _, line := range strings.Split(sql, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			lines = append(lines, line)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
 
 // applyOutsideTransaction runs m's one statement on its own, then records
 // it, unless the index it builds concurrently is invalid: a build that
@@ -156,7 +168,8 @@ func applyOutsideTransaction(ctx context.Context, conn *pgx.Conn, m Migration) e
 	if _, err := conn.Exec(ctx, m.SQL); err != nil {
 		return err
 	}
-	if match := concurrentIndex.FindStringSubmatch(m.SQL); match != nil {
+	statement := withoutComments(m.SQL)
+	if match := concurrentIndex.FindStringSubmatch(statement); match != nil {
 		name := match[1]
 		var valid *bool
 		if err := conn.QueryRow(ctx, `SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass($1)`, name).Scan(&valid); err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -164,8 +177,10 @@ func applyOutsideTransaction(ctx context.Context, conn *pgx.Conn, m Migration) e
 		}
 		if valid == nil || !*valid {
 			return fmt.Errorf("index %s is invalid or missing (a concurrent build failed or was interrupted): DROP INDEX CONCURRENTLY IF EXISTS %s, then run graphsync migrate again",
-				name, pgx.Identifier{name}.Sanitize())
+				name, name)
 		}
+	} else if strings.Contains(strings.ToUpper(statement), "CONCURRENTLY") {
+		return fmt.Errorf("%s builds concurrently, but the runner cannot tell which index to check", m.Name)
 	}
 	_, err := conn.Exec(ctx, recordMigration, m.Version, m.Name, m.Checksum)
 	return err
