@@ -149,3 +149,30 @@ func TestHandedBackAggregateKeepsItsWait(t *testing.T) {
 		t.Errorf("%d lease rows after both aggregates were applied", n)
 	}
 }
+
+// Two processes given one --relay-id number their claims alike, so two
+// claims can share a lease identity. A settle ends the waiting leases of its
+// own batch's aggregates only: here the other claim's aggregate 2, waiting
+// for another aggregate's events under the same identity, keeps its lease
+// while the settle of aggregate 1's batch hands everything back.
+func TestSettleLeavesAnotherClaimsWaitingLeaseUnderTheSameIdentity(t *testing.T) {
+	h := newHarness(t, WakePoll)
+	ctx := context.Background()
+	const holder = "same-id/0#7"
+	mine := h.insertCommitted(event{1, "Order", 1, "OrderPlaced", `{}`})
+	h.exec(`UPDATE outbox_messages SET locked_by = $1, locked_until = now() + interval '1 minute' WHERE id = $2`, holder, mine)
+	h.exec(`INSERT INTO outbox_aggregate_leases (tenant_id, aggregate_type, aggregate_id, locked_by, locked_until, deferred_since, deferred_at)
+		VALUES (1, 'Order', 1, $1, now() + interval '1 minute', now() - interval '1 minute', now() - interval '1 minute'),
+		       (1, 'Order', 2, $1, now() + interval '1 minute', now() - interval '1 minute', now() - interval '1 minute')`, holder)
+	s := &store{pool: h.pool, relayID: "same-id/0", cfg: Config{BatchSize: 10, Lease: time.Minute, MaxAttempts: 5}.withDefaults()}
+	if _, _, err := s.OutboxSettle(ctx, holder, settlement{released: []int64{mine}},
+		aggregates{tenantIDs: []int64{1}, types: []string{"Order"}, ids: []int64{1}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.count(`SELECT count(*) FROM outbox_aggregate_leases WHERE aggregate_id = 1 AND locked_by = 'held back'`); n != 1 {
+		t.Errorf("the settled batch's waiting aggregate: %d holds, want its lease turned into one", n)
+	}
+	if n := h.count(`SELECT count(*) FROM outbox_aggregate_leases WHERE aggregate_id = 2 AND locked_by = $1 AND locked_until > now()`, holder); n != 1 {
+		t.Errorf("the other claim's waiting aggregate lost its lease to a settle it was not part of")
+	}
+}

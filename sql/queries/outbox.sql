@@ -230,9 +230,14 @@ WITH marked AS (
   -- The claim's leases are those it holds; the waiting ones are found
   -- through their own small index (migration 0010), not by a probe per
   -- aggregate of the batch.
+  -- Only the batch's own aggregates: two processes given one --relay-id
+  -- number their claims alike, and one's settle must not end the other's
+  -- waiting leases.
   UPDATE outbox_aggregate_leases l
   SET locked_by = 'held back', locked_until = now()
   WHERE l.locked_by = $4 AND l.deferred_since IS NOT NULL
+    AND (l.tenant_id, l.aggregate_type, l.aggregate_id) IN (
+      SELECT * FROM unnest($6::bigint[], $7::text[], $8::bigint[]))
     AND NOT EXISTS (
       SELECT 1 FROM deferred d
       WHERE d.tenant_id = l.tenant_id AND d.aggregate_type = l.aggregate_type AND d.aggregate_id = l.aggregate_id)
