@@ -554,9 +554,11 @@ SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = $1 AND relkind IN ('r', 'p
 
 -- name: RoleSeesEveryTenant
 -- Whether row-level security (migration 0004) lets this role read every
--- tenant's rows: a superuser, a role with BYPASSRLS, or one that has
+-- tenant's rows: it does not apply to the role (a superuser, a role with
+-- BYPASSRLS, the tables' owner where FORCE was turned off), or the role has
 -- graphsync_relay's privileges (USAGE: a NOINHERIT member has not). Any
--- other role, the tables' owner included, sees one tenant or none
--- (gsql.CheckRoleSeesEveryTenant).
-SELECT r.rolsuper OR r.rolbypassrls OR pg_has_role(current_user, 'graphsync_relay', 'USAGE'), current_user::text
-FROM pg_roles r WHERE r.rolname = current_user;
+-- other role, the tables' owner included while RLS is forced, sees one
+-- tenant or none (gsql.CheckRoleSeesEveryTenant).
+SELECT NOT (row_security_active('outbox_messages') OR row_security_active('tenants'))
+       OR pg_has_role(current_user, 'graphsync_relay', 'USAGE'),
+       current_user::text;
