@@ -214,20 +214,19 @@ func relMergeText(r graphmodel.Relationship) string {
 	}
 	fmt.Fprintf(&sb, "MERGE (a)-[r:%s {%s}]->(b)", r.Type, strings.Join(key, ", "))
 	if len(r.Properties) > 0 {
+		// sets writes the row's values; kept writes them only where the
+		// row's event won the From node's guard, else keeps the edge's.
 		sets := make([]string, len(r.Properties))
+		kept := make([]string, len(r.Properties))
 		for i, p := range r.Properties {
 			sets[i] = fmt.Sprintf("r.%[1]s = row.props.%[1]s", p.Key)
+			kept[i] = fmt.Sprintf("r.%[1]s = CASE WHEN a.%[2]s = row.outbox_id THEN row.props.%[1]s ELSE r.%[1]s END",
+				p.Key, graphmodel.PropOutboxID)
 		}
 		if r.Single {
 			fmt.Fprintf(&sb, "\nSET %s", strings.Join(sets, ",\n    "))
 		} else {
-			kept := make([]string, len(r.Properties))
-			for i, p := range r.Properties {
-				kept[i] = fmt.Sprintf("r.%[1]s = CASE WHEN a.%[2]s = row.outbox_id THEN row.props.%[1]s ELSE r.%[1]s END",
-					p.Key, graphmodel.PropOutboxID)
-			}
-			fmt.Fprintf(&sb, "\nON CREATE SET %s", strings.Join(sets, ",\n    "))
-			fmt.Fprintf(&sb, "\nON MATCH SET %s", strings.Join(kept, ",\n    "))
+			fmt.Fprintf(&sb, "\nON CREATE SET %s\nON MATCH SET %s", strings.Join(sets, ",\n    "), strings.Join(kept, ",\n    "))
 		}
 	}
 	if !r.Single {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"graphsync/internal/teststack"
 	gsql "graphsync/sql"
@@ -251,20 +252,7 @@ func tenantText(id int64) string {
 func TestNoTransactionMigrationRefusesAnInvalidIndex(t *testing.T) {
 	_, pool := teststack.FreshDatabase(t)
 	ctx := context.Background()
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var tenant int64
-	if err := pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('cic') RETURNING id`).Scan(&tenant); err != nil {
-		t.Fatal(err)
-	}
-	exec(`DELETE FROM graphsync_schema_migrations WHERE version = 11`)
-	exec(`DROP INDEX outbox_messages_failing_idx`)
-	exec(`INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
-		SELECT $1, 'Order', g, 'OrderPlaced', '{}' FROM generate_series(1, 2) g`, tenant)
+	unapplyFailingIndex(t, pool, 2)
 	// A unique build over two rows of one tenant fails, as an interrupted
 	// build would, and leaves its index invalid.
 	if _, err := pool.Exec(ctx, `CREATE UNIQUE INDEX CONCURRENTLY outbox_messages_failing_idx ON outbox_messages (tenant_id)`); err == nil {
@@ -278,16 +266,14 @@ func TestNoTransactionMigrationRefusesAnInvalidIndex(t *testing.T) {
 		t.Fatalf("pending %v (%v), want 0011 alone", pending, err)
 	}
 
-	exec(`DROP INDEX outbox_messages_failing_idx`)
+	if _, err := pool.Exec(ctx, `DROP INDEX outbox_messages_failing_idx`); err != nil {
+		t.Fatal(err)
+	}
 	applied, err := gsql.Migrate(ctx, pool)
 	if err != nil || len(applied) != 1 || applied[0] != "0011_failing_index.sql" {
 		t.Fatalf("migrate after the drop: applied %v, %v", applied, err)
 	}
-	var valid bool
-	if err := pool.QueryRow(ctx, `SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-		WHERE c.relname = 'outbox_messages_failing_idx'`).Scan(&valid); err != nil || !valid {
-		t.Fatalf("the failing rows' index after migrate: valid %v, %v", valid, err)
-	}
+	requireFailingIndexValid(t, pool)
 }
 
 // Two migrate runs at once serialise, also over 0011's concurrent build: a
@@ -297,18 +283,8 @@ func TestNoTransactionMigrationRefusesAnInvalidIndex(t *testing.T) {
 func TestConcurrentMigrateRunsWaitForEachOther(t *testing.T) {
 	_, pool := teststack.FreshDatabase(t)
 	ctx := context.Background()
-	var tenant int64
-	if err := pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('two runs') RETURNING id`).Scan(&tenant); err != nil {
-		t.Fatal(err)
-	}
 	// Rows enough that the build lasts while the other run asks for the lock.
-	for _, sql := range []string{`DELETE FROM graphsync_schema_migrations WHERE version = 11`, `DROP INDEX outbox_messages_failing_idx`,
-		`INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
-		 SELECT ` + strconv.FormatInt(tenant, 10) + `, 'Order', g, 'OrderPlaced', '{}' FROM generate_series(1, 100000) g`} {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
+	unapplyFailingIndex(t, pool, 100000)
 	errs := make(chan error, 2)
 	for range 2 {
 		go func() {
@@ -321,12 +297,42 @@ func TestConcurrentMigrateRunsWaitForEachOther(t *testing.T) {
 			t.Errorf("migrate beside another: %v", err)
 		}
 	}
-	var valid bool
-	if err := pool.QueryRow(ctx, `SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-		WHERE c.relname = 'outbox_messages_failing_idx'`).Scan(&valid); err != nil || !valid {
-		t.Fatalf("the failing rows' index after two migrate runs: valid %v, %v", valid, err)
-	}
+	requireFailingIndexValid(t, pool)
 	if pending, err := gsql.Pending(ctx, pool); err != nil || len(pending) != 0 {
 		t.Fatalf("pending %v, %v", pending, err)
+	}
+}
+
+// unapplyFailingIndex takes migration 0011 back (its index and its record)
+// and gives the outbox rows pending rows of a new tenant.
+func unapplyFailingIndex(t *testing.T, pool *pgxpool.Pool, rows int) {
+	t.Helper()
+	ctx := context.Background()
+	var tenant int64
+	if err := pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('0011') RETURNING id`).Scan(&tenant); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []struct {
+		sql  string
+		args []any
+	}{
+		{`DELETE FROM graphsync_schema_migrations WHERE version = 11`, nil},
+		{`DROP INDEX outbox_messages_failing_idx`, nil},
+		{`INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
+			SELECT $1, 'Order', g, 'OrderPlaced', '{}' FROM generate_series(1, $2) g`, []any{tenant, rows}},
+	} {
+		if _, err := pool.Exec(ctx, stmt.sql, stmt.args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// requireFailingIndexValid fails the test unless 0011's index is there and valid.
+func requireFailingIndexValid(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	var valid bool
+	if err := pool.QueryRow(context.Background(), `SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		WHERE c.relname = 'outbox_messages_failing_idx'`).Scan(&valid); err != nil || !valid {
+		t.Fatalf("the failing rows' index: valid %v, %v", valid, err)
 	}
 }

@@ -10,10 +10,9 @@ import (
 // RoleError says that the connected PostgreSQL role cannot read every
 // tenant's rows: row-level security is forced on every tenant table
 // (migration 0004), and only graphsync_relay's policy shows them all. Such a
-// role, the tables' owner included unless it is a superuser, sees one tenant
-// or none, and reads nothing else, without an error: sync would claim
-// nothing, the DLQ and the gauges would look empty, and drift would call the
-// whole graph orphaned.
+// role (the tables' owner too, while security is forced) sees one tenant or
+// none, without an error: sync would claim nothing, the DLQ and the gauges
+// would look empty, and drift would call the whole graph orphaned.
 type RoleError struct{ Role string }
 
 func (e *RoleError) Error() string {

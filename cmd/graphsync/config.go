@@ -105,9 +105,9 @@ func parseQuietly(fs *flag.FlagSet, args []string) error {
 
 // parseFlagsAndWords is parseFlags for a command whose positional words may
 // stand between its flags (`context --tenant 1 wireless speaker --format
-// json`, `dlq retry 42 --tenant 7`): it returns the words in order. After "--" every argument is a
-// word, "--tenant=2" too: a caller that puts a user's text there cannot
-// have it read as a flag.
+// json`, `dlq retry 42 --tenant 7`): it returns the words in order. After
+// "--" every argument is a word, "--tenant=2" too: a caller that puts a
+// user's text there cannot have it read as a flag.
 func parseFlagsAndWords(fs *flag.FlagSet, args []string) ([]string, error) {
 	var words []string
 	for {

@@ -229,10 +229,9 @@ WITH marked AS (
   -- lease becomes a hold that has already run out.
   -- The claim's leases are those it holds; the waiting ones are found
   -- through their own small index (migration 0010), not by a probe per
-  -- aggregate of the batch.
-  -- Only the batch's own aggregates: two processes given one --relay-id
-  -- number their claims alike, and one's settle must not end the other's
-  -- waiting leases.
+  -- aggregate of the batch, and kept to the batch's aggregates: two
+  -- processes given one --relay-id number their claims alike, and one's
+  -- settle must not end the other's waiting leases.
   UPDATE outbox_aggregate_leases l
   SET locked_by = 'held back', locked_until = now()
   WHERE l.locked_by = $4 AND l.deferred_since IS NOT NULL
