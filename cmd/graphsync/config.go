@@ -199,6 +199,18 @@ func (c *connFlags) openPostgres(ctx context.Context, maxConns int32) (*pgxpool.
 	if err != nil {
 		return nil, usageError{fmt.Sprintf("PostgreSQL URL %s is not valid: %v", redact.URL(c.pgURL), redactErr(err, c.pgURL))}
 	}
+	// pgx ends a URL's userinfo at its first '@': a password holding an
+	// unescaped '@' would be cut there, and the rest of it looked up as part
+	// of the host name, named in every error that follows.
+	hosts := []string{cfg.ConnConfig.Host}
+	for _, fallback := range cfg.ConnConfig.Fallbacks {
+		hosts = append(hosts, fallback.Host)
+	}
+	for _, host := range hosts {
+		if strings.Contains(host, "@") {
+			return nil, usageError{fmt.Sprintf("PostgreSQL URL %s: its user name or password holds an '@' that is not percent-encoded; write it as %%40", redact.URL(c.pgURL))}
+		}
+	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}

@@ -24,10 +24,20 @@ func TestConnectionErrorsHideThePassword(t *testing.T) {
 		"secret": {"--pg-url", `host=127.0.0.1 port=1 password=top\ secret connect_timeout=2`},
 		"a b":    {"--pg-url", "host=127.0.0.1 port=1 password='a b' sslmode=bogus"},
 		"s3cret": {"--pg-url", "postgres://app:s3cret@127.0.0.1:1/x?connect_timeout=2"},
+		// pgx echoes the part after the first escaped space.
+		"battery": {"--pg-url", `host=127.0.0.1 port=1 password=correct\ horse\ battery sslmode=bogus`},
+		// A user name with an '@' in it (user@server).
+		"S3cret": {"--pg-url", "postgres://app@server:S3cret@127.0.0.1:1/x?connect_timeout=2"},
+		// pgx ends the userinfo at the first '@' and looks the rest up as
+		// the host: refused before it is used, naming the encoding.
+		"3xY9kQ": {"--pg-url", "postgres://app:Tr0ub4dor@3xY9kQ@127.0.0.1:1/x?connect_timeout=2"},
 	} {
 		code, stderr := runCapturingStderr(t, append([]string{"drift", "--neo4j-uri", "bolt://127.0.0.1:1"}, args...))
 		if code != 2 || strings.Contains(stderr, secret) || !strings.Contains(stderr, "xxxxx") {
 			t.Errorf("%v: exit %d, want 2 and the password hidden:\n%s", args, code, stderr)
+		}
+		if secret == "3xY9kQ" && !strings.Contains(stderr, "%40") {
+			t.Errorf("%v: the refusal does not say how to write the '@':\n%s", args, stderr)
 		}
 	}
 }

@@ -11,6 +11,7 @@
 package redact
 
 import (
+	"slices"
 	"strings"
 )
 
@@ -30,19 +31,38 @@ func Text(s string) string {
 func URL(raw string) string { return Text(raw) }
 
 // TextWith is Text, and also hides every literal occurrence, anywhere in s,
-// of a password one of connStrings holds: a driver may echo a password
-// outside any form Text recognises.
+// of a password one of connStrings holds, and of each of its pieces between
+// spaces, backslashes, quotes and '@': a driver may echo a password outside
+// any form Text recognises, or only part of it (pgx hides a key/value
+// password up to its first escaped space; a password with an unescaped '@'
+// becomes part of the host name it fails to look up). Pieces shorter than
+// minPiece stay: hiding every "1" of a text would make its addresses
+// unreadable and hide nothing worth hiding.
 func TextWith(s string, connStrings ...string) string {
 	s = Text(s)
+	var literals []string
 	for _, conn := range connStrings {
 		for _, sp := range secrets(conn) {
-			if pw := conn[sp.from:sp.to]; pw != "" {
-				s = strings.ReplaceAll(s, pw, Mask)
-			}
+			pw := conn[sp.from:sp.to]
+			literals = append(literals, pw)
+			literals = append(literals, strings.FieldsFunc(pw, func(r rune) bool {
+				return r == '\\' || r == '\'' || r == '"' || r == '@' || r < 0x80 && isSpace(byte(r))
+			})...)
+		}
+	}
+	// The longest first, so that a piece does not cut a longer literal that
+	// holds it.
+	slices.SortFunc(literals, func(a, b string) int { return len(b) - len(a) })
+	for _, literal := range literals {
+		if len(literal) >= minPiece {
+			s = strings.ReplaceAll(s, literal, Mask)
 		}
 	}
 	return s
 }
+
+// minPiece is the shortest literal TextWith hides outside a recognised form.
+const minPiece = 4
 
 // span is the byte range of one password in a text.
 type span struct{ from, to int }
@@ -97,8 +117,12 @@ func userinfoPassword(s string, at int) (span, bool) {
 		return span{}, false
 	}
 	i := at + len("://")
-	for i < len(s) && !strings.ContainsRune(":/@", rune(s[i])) && !isSpace(s[i]) {
-		i++ // the user name
+	// The user name may hold an unescaped '@' too (user@server, as some
+	// hosted PostgreSQL services name their logins).
+	userAt := false
+	for i < len(s) && !strings.ContainsRune(":/", rune(s[i])) && !isSpace(s[i]) {
+		userAt = userAt || s[i] == '@'
+		i++
 	}
 	if i >= len(s) || s[i] != ':' {
 		return span{}, false // no userinfo, or a user without a password
@@ -113,6 +137,11 @@ func userinfoPassword(s string, at int) (span, bool) {
 	}
 	for j := end - 1; j >= from; j-- {
 		if s[j] == '@' && hostFollows(s[j+1:]) {
+			if userAt && strings.IndexFunc(s[from:j], func(r rune) bool { return r < 0x80 && isSpace(byte(r)) }) >= 0 {
+				// user@host:port followed by text with an '@' in it: the
+				// colon was the port's, not a password's.
+				return span{}, false
+			}
 			return span{from, j}, true
 		}
 	}

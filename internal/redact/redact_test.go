@@ -36,7 +36,9 @@ func TestText(t *testing.T) {
 		{"key/value, unterminated quote", "host=db password='a secret", "host=db password=xxxxx"},
 		{"colon", "auth failed: password: hunter2 user=neo4j", "auth failed: password: xxxxx user=neo4j"},
 		{"JSON", `{"user":"app","password":"s3cret"}`, `{"user":"app","password":xxxxx}`},
+		{"unescaped @ in the user name", "postgres://graphsync@myserver:S3cret@h.example.com:5432/db", "postgres://graphsync@myserver:xxxxx@h.example.com:5432/db"},
 		// Left as they are.
+		{"user@server without a password, then an @ in the text", "postgres://app@db:5432/x: lookup a b@host", "postgres://app@db:5432/x: lookup a b@host"},
 		{"URL without a password", "postgres://app@db/x", "postgres://app@db/x"},
 		{"URL without userinfo", "bolt://localhost:7687 refused: connection reset", "bolt://localhost:7687 refused: connection reset"},
 		{"the word password", `FATAL: password authentication failed for user "app"`, `FATAL: password authentication failed for user "app"`},
@@ -67,6 +69,24 @@ func TestTextWith(t *testing.T) {
 	}
 	if got := TextWith("no secret here", "postgres://app@db/x", "host=db password="); got != "no secret here" {
 		t.Errorf("TextWith without a password changed the text: %q", got)
+	}
+	for _, c := range []struct{ name, conn, echo, want string }{
+		// pgx hides a key/value password up to its first escaped space.
+		{"escaped spaces", `host=db user=app password=correct\ horse\ battery sslmode=requre`,
+			"cannot parse `host=db user=app password=xxxxx horse\\ battery sslmode=requre`: failed to configure TLS",
+			"cannot parse `host=db user=app password=xxxxx xxxxx\\ xxxxx sslmode=requre`: failed to configure TLS"},
+		// pgx takes the userinfo up to the first '@': the rest of the
+		// password becomes part of the host it looks up.
+		{"the password's end in a host name", "postgres://app:Tr0ub4dor@3xY9kQ@db.internal:5432/db",
+			"dial tcp: lookup 3xY9kQ@db.internal: no such host", "dial tcp: lookup xxxxx@db.internal: no such host"},
+		// Too short to hide outside a recognised form: hiding it would
+		// hide every 1 of the address.
+		{"a one-character password", "postgres://app:1@127.0.0.1:1/db",
+			"dial tcp 127.0.0.1:1: connect: connection refused", "dial tcp 127.0.0.1:1: connect: connection refused"},
+	} {
+		if got := TextWith(c.echo, c.conn); got != c.want {
+			t.Errorf("%s: TextWith(%q)\n got %q\nwant %q", c.name, c.echo, got, c.want)
+		}
 	}
 }
 
