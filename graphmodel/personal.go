@@ -16,8 +16,10 @@ import (
 // writer left it (in free text, or in a property outside the allowlist),
 // and the retrieval context masks it again.
 var (
-	// Letters and digits of any script: an address may be internationalised.
-	emailLike = regexp.MustCompile(`[\p{L}\p{N}._%+\-]+@[\p{L}\p{N}\-]+(\.[\p{L}\p{N}\-]+)*\.\p{L}{2,}`)
+	// Letters (with their combining marks: a decomposed "é", a Devanagari
+	// vowel sign) and digits of any script: an address may be
+	// internationalised.
+	emailLike = regexp.MustCompile(`[\p{L}\p{M}\p{N}._%+\-]+@[\p{L}\p{M}\p{N}\-]+(\.[\p{L}\p{M}\p{N}\-]+)*\.\p{L}[\p{L}\p{M}]+`)
 	// International (+...), a bracketed area code (three digits, or a
 	// trunk 0: "(2024)" is a year), or 3-3/4-4 groups. Bare digit runs
 	// stay: in a catalogue they are more often part numbers. Groups may be
@@ -61,26 +63,30 @@ type nationalShape struct {
 //   - 00, a country code and a number ("0049 30 1234567", "0044 20 7946
 //     0958", "0033 6 12 34 56 78"): 11 to 17 digits;
 //   - an area code and a subscriber number of five digits or more ("030
-//     1234567", "0171 1234567", "06-12345678", "07700 900123"), wherever it
-//     stands (beside a year, a postcode, another number);
-//   - five pairs ("01 23 45 67 89", "06.12.34.56.78") and three groups
-//     ("0800 123 4567", "020 7946 0958"), unless part of a list.
+//     1234567", "0171 1234567", "06-12345678", "07700 900123", and with a
+//     slash, "030/1234567"), wherever it stands (beside a year, a postcode,
+//     another number);
+//   - five pairs ("01 23 45 67 89", "06.12.34.56.78"), three groups
+//     ("0800 123 4567", "020 7946 0958", "02 9876 5432") and an area code
+//     with 3-2-2 ("044 123 45 67", "02 123 45 67"), unless part of a list.
 //
 // A date (01.02.2024, or with a time or a range after it) mixes separators
 // or has too few digits, and stays.
 var nationalShapes = []nationalShape{
 	{re: nationalPattern(`00[1-9]\d{0,2}(SEP\d{1,8}){2,5}`), minDigits: 11, maxDigits: 17, trim: true},
-	{re: nationalPattern(`0[1-9]\d{0,4}SEP\d{5,8}`), minDigits: 9, maxDigits: 13, barcodeGuard: true},
+	{re: nationalPattern(`0[1-9]\d{0,4}SEP\d{5,8}`, `/`), minDigits: 9, maxDigits: 13, barcodeGuard: true},
 	{re: nationalPattern(`0[1-9](SEP\d{2}){4}`), minDigits: 10, maxDigits: 10, groups: 5},
-	{re: nationalPattern(`0[1-9]\d{1,3}SEP\d{3,4}SEP\d{3,4}`), minDigits: 9, maxDigits: 13, groups: 3},
+	{re: nationalPattern(`0[1-9]\d{0,3}SEP\d{3,4}SEP\d{3,4}`), minDigits: 9, maxDigits: 13, groups: 3},
+	{re: nationalPattern(`0[1-9]\d{0,3}SEP\d{3}SEP\d{2}SEP\d{2}`), minDigits: 9, maxDigits: 11, groups: 4},
 }
 
 // nationalPattern is one regexp of a shape, written once per kind of
-// separator (SEP), between word boundaries.
-func nationalPattern(shape string) *regexp.Regexp {
-	alts := make([]string, len(nationalSeps))
-	for i, sep := range nationalSeps {
-		alts[i] = `\b` + strings.ReplaceAll(shape, "SEP", sep) + `\b`
+// separator (SEP, and the shape's own extra separators), between word
+// boundaries.
+func nationalPattern(shape string, extraSeps ...string) *regexp.Regexp {
+	var alts []string
+	for _, sep := range slices.Concat(nationalSeps, extraSeps) {
+		alts = append(alts, `\b`+strings.ReplaceAll(shape, "SEP", sep)+`\b`)
 	}
 	return regexp.MustCompile(strings.Join(alts, "|"))
 }
