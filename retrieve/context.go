@@ -190,7 +190,10 @@ func refText(r Ref) string {
 	if r.Name == "" {
 		return fmt.Sprintf("%s %d", r.Label, r.ID)
 	}
-	return fmt.Sprintf("%s %d %q", r.Label, r.ID, r.Name)
+	// Masked before it is quoted: %q would write a no-break space between a
+	// number's groups as the six characters \u00a0, and the number would
+	// no longer look like one to the line's own masking.
+	return fmt.Sprintf(`%s %d "%s"`, r.Label, r.ID, strings.ReplaceAll(lineText(r.Name), `"`, `\"`))
 }
 
 func propString(props map[string]any, key string) string {

@@ -30,6 +30,21 @@ func TestEntityTextMasksPersonalData(t *testing.T) {
 			t.Errorf("the context lost %q:\n%s", kept, text)
 		}
 	}
+	// A name (the seed's, its category's) is quoted without escaping a
+	// no-break space that holds a number together.
+	s = &Seed{Label: graphmodel.LabelProduct, ID: 8, Props: map[string]any{"name": "Hotline 030\u00a01234567 \"24/7\""},
+		Expanded: true, Category: &Ref{Label: graphmodel.LabelCategory, ID: 3, Name: "Call 030\u00a07654321"}}
+	items, _, _ = rank([]Seed{*s}, 1, 10_000)
+	for _, item := range items {
+		for _, line := range item.Lines {
+			if strings.Contains(line.Text, "1234567") || strings.Contains(line.Text, "7654321") {
+				t.Errorf("a name's number is in the context: %q", line.Text)
+			}
+		}
+	}
+	if len(items[0].Lines) < 2 || !strings.Contains(items[0].Lines[1].Text, `"Hotline [phone number removed] \"24/7\"" -[IN_CATEGORY]-> Category 3 "Call [phone number removed]"`) {
+		t.Errorf("the names are not quoted as they were written, masked: %+v", items[0].Lines)
+	}
 }
 
 // A product's text cannot shape the context: line breaks, bidi controls and

@@ -78,6 +78,13 @@ func runContext(ctx context.Context, args []string) error {
 	if len(retrieve.QuestionTerms(question)) == 0 {
 		return usageError{"give a question with at least one word, e.g. graphsync context --tenant 1 \"wireless speaker\""}
 	}
+	// --tenant may come from GRAPHSYNC_TENANT, set for another command:
+	// whose graph is searched is said, as dlq list does.
+	onCommandLine := false
+	fs.Visit(func(fl *flag.Flag) { onCommandLine = onCommandLine || fl.Name == "tenant" })
+	if !onCommandLine {
+		fmt.Fprintf(os.Stderr, "context: tenant %d, from GRAPHSYNC_TENANT\n", f.tenant)
+	}
 	driver, err := conn.openNeo4j(ctx, true)
 	if err != nil {
 		return err

@@ -155,4 +155,14 @@ func TestContextBadCalls(t *testing.T) {
 	if code := run([]string{"context", "--neo4j-uri", "bolt://127.0.0.1:1", "--tenant", "1", "kettle"}); code != 1 {
 		t.Errorf("unreachable Neo4j: exit %d, want 1", code)
 	}
+	// A tenant from the environment (set for another command) is named.
+	t.Setenv("GRAPHSYNC_TENANT", "7")
+	code, stderr := runCapturingStderr(t, []string{"context", "--neo4j-uri", "bolt://127.0.0.1:1", "kettle"})
+	if code != 1 || !strings.Contains(stderr, "tenant 7, from GRAPHSYNC_TENANT") {
+		t.Errorf("tenant from GRAPHSYNC_TENANT: exit %d, stderr %q; want 1 and the tenant named", code, stderr)
+	}
+	code, stderr = runCapturingStderr(t, []string{"context", "--neo4j-uri", "bolt://127.0.0.1:1", "--tenant", "7", "kettle"})
+	if code != 1 || strings.Contains(stderr, "GRAPHSYNC_TENANT") {
+		t.Errorf("tenant on the command line: exit %d, stderr %q; want 1 and no note", code, stderr)
+	}
 }
