@@ -58,21 +58,50 @@ func QuestionTerms(question string) []string {
 
 // withinTerms cuts word to the index terms it makes that fit in budget (at
 // least one) and says how many it makes: one per Han or Hiragana character,
-// one per run of other letters and digits.
+// and one per run of other letters and digits, which the tokenizer (Unicode
+// word breaks) also ends where Katakana meets another script, and where a
+// Southeast Asian script (Thai, Lao, Khmer, Myanmar) meets another one
+// ("bアbア" is four terms). A combining mark stays in its letter's run.
 func withinTerms(word string, budget int) (string, int) {
 	used := 0
-	inRun := false
+	run := runNone
 	for i, r := range word {
-		apart := unicode.Is(unicode.Han, r) || unicode.Is(unicode.Hiragana, r)
-		if apart || !inRun {
+		class := run
+		if !unicode.IsMark(r) || run == runNone {
+			class = runClassOf(r)
+		}
+		if class == runApart || class != run {
 			if used == budget {
 				return word[:i], used
 			}
 			used++
 		}
-		inRun = !apart
+		run = class
 	}
 	return word, used
+}
+
+// runClass is which run of the tokenizer a character belongs to.
+type runClass int
+
+const (
+	runNone  runClass = iota
+	runApart          // a term of its own: Han, Hiragana
+	runKatakana
+	runSoutheastAsian
+	runOther // letters and digits of any other script
+)
+
+func runClassOf(r rune) runClass {
+	switch {
+	case unicode.In(r, unicode.Han, unicode.Hiragana):
+		return runApart
+	case unicode.Is(unicode.Katakana, r):
+		return runKatakana
+	case unicode.In(r, unicode.Thai, unicode.Lao, unicode.Khmer, unicode.Myanmar):
+		return runSoutheastAsian
+	}
+	return runOther
 }
 
 // LuceneQuery turns a question into a fulltext query: its words, each
