@@ -250,10 +250,14 @@ func canonicalValue(v any) any {
 	return v
 }
 
+// equalValues compares a graph value with a row's. Times are equal to
+// PostgreSQL's precision: a row keeps microseconds, and PostgreSQL rounds a
+// finer time a producer sent as text where the projection truncates it, so
+// the two may differ by one microsecond.
 func equalValues(a, b any) bool {
 	if ta, ok := a.(time.Time); ok {
 		tb, ok := b.(time.Time)
-		return ok && ta.Equal(tb)
+		return ok && ta.Sub(tb).Abs() <= time.Microsecond
 	}
 	return a == b
 }

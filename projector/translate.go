@@ -137,7 +137,7 @@ func (it *item) order(s events.OrderState) {
 			"status":       s.Status,
 			"currency":     s.Currency,
 			"total_cents":  s.TotalCents,
-			"placed_at":    s.PlacedAt.UTC(),
+			"placed_at":    pgTime(s.PlacedAt),
 			"confirmed_at": utcOrNil(s.ConfirmedAt),
 			"shipped_at":   utcOrNil(s.ShippedAt),
 			"cancelled_at": utcOrNil(s.CancelledAt),
@@ -156,5 +156,14 @@ func utcOrNil(t *time.Time) any {
 	if t == nil {
 		return nil
 	}
-	return t.UTC()
+	return pgTime(*t)
+}
+
+// pgTime is a time as PostgreSQL keeps it: in UTC, to the microsecond. A
+// producer that sets a state's time from time.Now() writes microseconds to
+// its row (pgx drops the rest) and nanoseconds to its event; the graph
+// takes the row's, so that drift compares equal values and the event path
+// and the row path write the same.
+func pgTime(t time.Time) time.Time {
+	return t.UTC().Truncate(time.Microsecond)
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -86,6 +87,21 @@ func TestTranslateOrderPlaced(t *testing.T) {
 	}
 	if placed := it.mut.Nodes[1].Props["placed_at"]; placed != placedAt {
 		t.Fatalf("placed_at = %v", placed)
+	}
+	// A time set from time.Now() has nanoseconds; its row keeps
+	// microseconds, and so does the graph.
+	fine := time.Date(2026, 5, 1, 12, 0, 0, 123_456_789, time.FixedZone("CEST", 2*3600))
+	confirmed := events.OrderConfirmed{OrderState: ev.OrderState}
+	confirmed.Version, confirmed.Status, confirmed.PlacedAt, confirmed.ConfirmedAt = 2, "confirmed", fine, &fine
+	later, err := newTestProjector(t).prepare(ids.message(t, confirmed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTime := time.Date(2026, 5, 1, 10, 0, 0, 123_456_000, time.UTC)
+	for _, key := range []string{"placed_at", "confirmed_at"} {
+		if got, ok := later.mut.Nodes[1].Props[key].(time.Time); !ok || !got.Equal(wantTime) || got.Location() != time.UTC {
+			t.Errorf("%s = %v, want %v (UTC, to the microsecond)", key, later.mut.Nodes[1].Props[key], wantTime)
+		}
 	}
 	mustExist := 0
 	for _, r := range it.refs {
