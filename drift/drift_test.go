@@ -3,6 +3,7 @@ package drift
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -953,11 +954,12 @@ func TestRoleThatCannotSeeEveryTenantIsRefused(t *testing.T) {
 // found, in a whole-graph and a one-tenant run, and --repair removes them.
 // A float id (it compares with integers) used to be read as id 0 by the
 // chunks, which paged from 0 again for ever.
-func TestNodesWithoutAnIntegerIDAreFoundAndRepaired(t *testing.T) {
+func TestNodesWithoutAPositiveIntegerIDAreFoundAndRepaired(t *testing.T) {
 	pool, driver, tenants := syncedWorkload(t, workload.Config{Seed: 5, Tenants: 1, Orders: 10, DeleteEvery: -1}, "sync-ids")
 	tenant := tenants[0]
 	cypherExec(t, driver, `CREATE (:Product {tenant_id: $t, id: '9', name: 'a string id'}),
 		(:Product {tenant_id: $t, id: 99999.0, name: 'a float id'}), (:Product {tenant_id: $t, name: 'no id'}),
+		(:Product {tenant_id: $t, id: 0, name: 'id 0'}), (:Product {tenant_id: $t, id: -5, name: 'a negative id'}),
 		(:DeletedProduct {tenant_id: $t, id: 88888.0})`, map[string]any{"t": tenant})
 	for _, scope := range []int64{tenant, 0} {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -976,8 +978,8 @@ func TestNodesWithoutAnIntegerIDAreFoundAndRepaired(t *testing.T) {
 				found[c.Label] += c.Count
 			}
 		}
-		if found["Product"] != 3 || found["DeletedProduct"] != 1 {
-			t.Errorf("scope %d: nodes without an integer id found %v, want Product 3, DeletedProduct 1", scope, found)
+		if found["Product"] != 5 || found["DeletedProduct"] != 1 {
+			t.Errorf("scope %d: nodes without a positive integer id found %v, want Product 5, DeletedProduct 1", scope, found)
 		}
 	}
 	check(t, pool, driver, tenant, true)
@@ -1080,5 +1082,30 @@ func TestMisplacedRelationshipsAreFoundAndRepaired(t *testing.T) {
 	check(t, pool, driver, a, true)
 	if n := misplacedCount(check(t, pool, driver, a, false)); n != 1 {
 		t.Errorf("after the repair %d misplaced relationships are left, want the one from the Chunk", n)
+	}
+}
+
+// A repair writes its rows a chunk per transaction (Config.ChunkSize): a
+// graph that lost a tenant's orders is put back whole, every order counted
+// once across the chunks.
+func TestRepairWritesInChunks(t *testing.T) {
+	pool, driver, tenants := syncedWorkload(t, workload.Config{Seed: 11, Tenants: 1, Orders: 23, DeleteEvery: -1}, "sync-chunks")
+	tenant := tenants[0]
+	orders := len(ids(t, pool, `SELECT id FROM sales_orders WHERE tenant_id = $1`, tenant))
+	cypherExec(t, driver, `MATCH (o:Order {tenant_id: $t}) DETACH DELETE o`, map[string]any{"t": tenant})
+	c, err := New(pool, driver, Config{TenantID: tenant, ChunkSize: 4, RecheckAfter: 100 * time.Millisecond}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, err := c.Run(context.Background(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("re-projected Order nodes from their rows: %d", orders)
+	if !slices.Contains(report.Repaired, want) {
+		t.Errorf("repaired %q, want a line %q", report.Repaired, want)
+	}
+	if report := check(t, pool, driver, tenant, false); report.DriftTotal != 0 {
+		t.Errorf("drift %d after the repair: %+v", report.DriftTotal, report.Counts)
 	}
 }

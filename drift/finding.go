@@ -22,7 +22,8 @@ const (
 	CrossTenant         Kind = "cross_tenant_relationship"
 	NodeWithoutTenant   Kind = "node_without_tenant"
 	// NodeWithoutID: a node of a projected label whose id is missing or not
-	// an integer. No row implies it, and no chunk (read in id order) sees it.
+	// a positive integer. No row implies it, and no chunk (read in id order
+	// from 0) sees it.
 	NodeWithoutID      Kind = "node_without_id"
 	PropertyNotAllowed Kind = "property_not_allowed"
 	PersonalData       Kind = "personal_data"

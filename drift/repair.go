@@ -3,6 +3,7 @@ package drift
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 
@@ -148,17 +149,34 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 		}
 	}
 	var changes []string
+	// write runs one statement, its rows a chunk per transaction: a graph
+	// that lost most of a tenant has a finding per row (up to MaxSuspects),
+	// and one transaction of them all would outgrow Neo4j's transaction
+	// memory on every run. Each statement is idempotent and guarded, so the
+	// chunks applied before a failure stand, and are reported.
 	write := func(what, text string, params map[string]any) error {
-		res, err := neo4j.ExecuteQuery(ctx, r.c.driver, text, params, neo4j.EagerResultTransformer,
-			neo4j.ExecuteQueryWithDatabase(r.c.cfg.Database))
-		if err != nil {
-			return fmt.Errorf("repair: %s: %w", what, err)
+		rows, _ := params["rows"].([]map[string]any)
+		total := int64(0)
+		for start := 0; start == 0 || start < len(rows); start += r.c.cfg.ChunkSize {
+			chunkParams := params
+			if len(rows) > r.c.cfg.ChunkSize {
+				chunkParams = maps.Clone(params)
+				chunkParams["rows"] = rows[start:min(start+r.c.cfg.ChunkSize, len(rows))]
+			}
+			res, err := neo4j.ExecuteQuery(ctx, r.c.driver, text, chunkParams, neo4j.EagerResultTransformer,
+				neo4j.ExecuteQueryWithDatabase(r.c.cfg.Database))
+			if err != nil {
+				if start > 0 {
+					changes = append(changes, fmt.Sprintf("%s: %d, then stopped", what, total))
+				}
+				return fmt.Errorf("repair: %s: %w", what, err)
+			}
+			if len(res.Records) > 0 {
+				n, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "applied")
+				total += n
+			}
 		}
-		n := int64(0)
-		if len(res.Records) > 0 {
-			n, _, _ = neo4j.GetRecordValue[int64](res.Records[0], "applied")
-		}
-		changes = append(changes, fmt.Sprintf("%s: %d", what, n))
+		changes = append(changes, fmt.Sprintf("%s: %d", what, total))
 		return nil
 	}
 	if len(relRows) > 0 {
@@ -213,7 +231,7 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 	}
 	for _, f := range withoutID {
 		label := f.repair.deleteWithoutID
-		if err := r.deleteInBatches(ctx, fmt.Sprintf("deleted %s nodes of tenant %d without an integer id", label, f.TenantID),
+		if err := r.deleteInBatches(ctx, fmt.Sprintf("deleted %s nodes of tenant %d without a positive integer id", label, f.TenantID),
 			"MATCH (n:"+label+") WHERE n.tenant_id = $tenant AND NOT "+integerID("n")+" WITH n LIMIT 10000 DETACH DELETE n RETURN count(*) AS applied",
 			map[string]any{"tenant": f.TenantID}, &changes); err != nil {
 			return changes, err
@@ -278,14 +296,25 @@ type statement struct {
 // mutations name (an aggregate and its reference nodes), then the
 // relationships they own. Aggregate nodes and relationships are guarded by
 // the row's version (never regress a newer state). Reference nodes take the
-// repair guard when rebuildBelow is 0; for a rebuild they take the outbox-id
-// watermark (cypher.RebuildReferenceText): rebuildBelow for a chunk of
-// reference rows, 1 (create when missing) for those an aggregate names.
+// repair guard when rebuildBelow is 0: a reference node re-projected for a
+// finding of its own must still hold the outbox id drift read on it, one
+// that an aggregate's rows name is created when missing and otherwise
+// written only while no event has written it (outbox id 0). For a rebuild
+// they take the outbox-id watermark (cypher.RebuildReferenceText):
+// rebuildBelow for a chunk of reference rows, 1 (create when missing) for
+// those an aggregate names.
 func projectionStatements(model graphmodel.Model, nodes []*node, rebuildBelow int64) ([]statement, error) {
 	nodeRows := map[string][]map[string]any{}
 	relRows := map[string][]map[string]any{}
 	tenants := map[int64]bool{}
-	seen := map[nodeKey]bool{}
+	// where a node's row is in nodeRows, and whether it is the node's own
+	// (the node re-projected, not one its rows name): a node's own row
+	// replaces one another node's rows named it with.
+	type placed struct {
+		at  int
+		own bool
+	}
+	seen := map[nodeKey]placed{}
 	for _, n := range nodes {
 		owner, _ := model.Label(n.label)
 		for _, up := range n.mut.Nodes {
@@ -293,24 +322,41 @@ func projectionStatements(model graphmodel.Model, nodes []*node, rebuildBelow in
 				tenants[up.TenantID] = true
 				continue
 			}
+			own := up.Label == n.label && up.ID == n.id
 			nk := nodeKey{up.TenantID, up.Label, up.ID}
-			if seen[nk] {
+			before, dup := seen[nk]
+			if dup && (before.own || !own) {
 				continue
 			}
-			seen[nk] = true
 			row := map[string]any{"tenant_id": up.TenantID, "id": up.ID, "version": up.Guard.Version, "props": up.Props}
-			if n.seen > 0 && up.Label == n.label && up.ID == n.id {
+			if n.seen > 0 && own {
 				row["seen"] = n.seen // the aggregate found ahead of its rows
 			}
-			if n.outboxSeen != nil && up.Label == n.label && up.ID == n.id {
+			l, _ := model.Label(up.Label)
+			switch {
+			case n.outboxSeen != nil && own:
 				row["outbox_seen"] = *n.outboxSeen // the reference node as drift read it
+			case rebuildBelow == 0 && l.Role == graphmodel.RoleReference && !own:
+				// A reference node an aggregate's rows name (its category,
+				// its customer) carries no version: written as the rows
+				// say, it would undo what a later event of another
+				// aggregate wrote to it. It is created when missing and
+				// left alone once an event wrote it (outbox id 0: no event
+				// has); when it is stale, it is a finding of its own.
+				row["outbox_seen"] = int64(0)
 			}
-			if l, _ := model.Label(up.Label); rebuildBelow > 0 && l.Role == graphmodel.RoleReference {
+			if rebuildBelow > 0 && l.Role == graphmodel.RoleReference {
 				row["below"] = int64(1)
 				if owner.Role == graphmodel.RoleReference {
 					row["below"] = rebuildBelow
 				}
 			}
+			if dup {
+				nodeRows[up.Label][before.at] = row
+				seen[nk] = placed{before.at, own}
+				continue
+			}
+			seen[nk] = placed{len(nodeRows[up.Label]), own}
 			nodeRows[up.Label] = append(nodeRows[up.Label], row)
 		}
 		for _, rel := range n.mut.Rels {

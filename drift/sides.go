@@ -267,14 +267,15 @@ RETURN n.id AS id, properties(n) AS props, %s AS outs, %s AS ins`,
 		label, relList(outs, "(n)-[r]->(m)"), relList(ins, "(m)-[r]->(n)"))
 }
 
-// integerID is the Cypher condition that a node's id is an integer: the
-// chunks page by id, so an id of another type (a float compares with
-// integers) would be read as no id and the same chunk read for ever. Nodes
-// of the model's labels that fail it are reported by scanForeign. (Written
-// out: Neo4j 5.26 answered NOT n.id IS :: INTEGER NOT NULL with false for a
-// node without an id when the match used the tenant's index.)
+// integerID is the Cypher condition that a node's id is a positive integer,
+// as every id PostgreSQL gives is: the chunks page by id from 0, so an id of
+// another type (a float compares with integers) would be read as no id and
+// the same chunk read for ever, and an id of 0 or below would never be read.
+// Nodes of the model's labels that fail it are reported by scanForeign.
+// (Written out: Neo4j 5.26 answered NOT n.id IS :: INTEGER NOT NULL with
+// false for a node without an id when the match used the tenant's index.)
 func integerID(node string) string {
-	return "(" + node + ".id IS NOT NULL AND " + node + ".id IS :: INTEGER)"
+	return "(" + node + ".id IS NOT NULL AND " + node + ".id IS :: INTEGER AND " + node + ".id > 0)"
 }
 
 func quoteList(names []string) string {

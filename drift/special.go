@@ -162,7 +162,7 @@ RETURN n.tenant_id AS tenant, foreign, mine, count(*) AS nodes, min(n.id) AS exa
 			unknownTenants[tenant] += int(count)
 		case withoutID > 0:
 			r.findings = append(r.findings, Finding{Kind: NodeWithoutID, TenantID: tenant, Label: label, Count: int(withoutID),
-				Detail: fmt.Sprintf("%d %s nodes have no integer id", withoutID, label), repair: &repairAction{deleteWithoutID: label}})
+				Detail: fmt.Sprintf("%d %s nodes have no positive integer id", withoutID, label), repair: &repairAction{deleteWithoutID: label}})
 		}
 	}
 	for tenant, count := range unknownTenants {
