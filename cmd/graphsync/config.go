@@ -74,6 +74,29 @@ func refuseZeros(settings ...zeroSetting) error {
 	return nil
 }
 
+// signSetting is a flag whose negative value its library would refuse with
+// its own field's name: negative says whether it was given below zero.
+type signSetting struct {
+	flag     string
+	value    any
+	negative bool
+}
+
+// refuseNegatives names the first setting given below zero.
+func refuseNegatives(settings ...signSetting) error {
+	for _, s := range settings {
+		if s.negative {
+			return usageError{fmt.Sprintf("--%s must be positive, got %v", s.flag, s.value)}
+		}
+	}
+	return nil
+}
+
+// joinedLine is an error of several joined ones on one line.
+func joinedLine(err error) string {
+	return strings.Join(strings.Split(err.Error(), "\n"), "; ")
+}
+
 // recheckWait reads --recheck-after: 0 looks again at once (drift.Config
 // would read a zero as its default), a negative wait is a mistake.
 func recheckWait(d time.Duration) (time.Duration, error) {

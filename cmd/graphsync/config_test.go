@@ -156,6 +156,18 @@ func TestFlagMistakesAreNamedBeforeConnecting(t *testing.T) {
 		{[]string{"sync", "--lease", "0s", "--http-addr", ""}, "--lease"},
 		{[]string{"sync", "--drain-timeout", "0s", "--http-addr", ""}, "--drain-timeout"},
 		{[]string{"demo", "--max-attempts", "0", "--no-sync"}, "--max-attempts"},
+		// A negative one is named as the flag, not as the library's field.
+		{[]string{"sync", "--batch-size=-5", "--http-addr", ""}, "--batch-size"},
+		{[]string{"sync", "--lease=-1s", "--http-addr", ""}, "--lease"},
+		{[]string{"sync", "--sink-backoff-max=-1s", "--http-addr", ""}, "--sink-backoff-max"},
+		{[]string{"sync", "--http-addr", "bogus"}, "--http-addr"},
+		// Settings checked against each other: one line.
+		{[]string{"sync", "--sink-backoff", "1m", "--sink-backoff-max", "1s", "--dependency-wait", "2m", "--dependency-wait-max", "1m", "--http-addr", ""}, "sink backoff max"},
+		// The demo's workload: a zero or a negative count is named before
+		// anything is connected, not read as the default.
+		{[]string{"demo", "--orders", "0", "--no-sync"}, "--orders"},
+		{[]string{"demo", "--orders", "-1", "--no-sync"}, "--orders"},
+		{[]string{"demo", "--writers", "0", "--no-sync"}, "--writers"},
 		// A word among the flags (a true/false flag given a value) would
 		// turn the flag on and drop every flag after it.
 		{[]string{"sync", "--until-caught-up", "false", "--batch-size", "-1"}, `"false"`},

@@ -59,6 +59,17 @@ func runDemo(ctx context.Context, args []string) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
+	// workload.Config reads a zero as its default: a count given as 0 (or
+	// below) is a mistake, named before anything is connected.
+	for _, c := range []struct {
+		flag  string
+		value int
+	}{{"tenants", w.Tenants}, {"products", w.ProductsPerTenant}, {"customers", w.CustomersPerTenant},
+		{"orders", w.Orders}, {"writers", w.Writers}, {"orders-per-tx", w.OrdersPerTx}} {
+		if c.value < 1 {
+			return usageError{fmt.Sprintf("--%s must be positive, got %d", c.flag, c.value)}
+		}
+	}
 	// Ctrl-C stops the demo softly, so that it still drops its replication
 	// slot (a slot nobody reads keeps WAL); a second one exits at once.
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)

@@ -47,6 +47,13 @@ func (w *driftWatch) collectors() []prometheus.Collector {
 // run checks every interval until ctx is done; a failed check is logged and
 // leaves the gauges as they were (the timestamp shows its age).
 func (w *driftWatch) run(ctx context.Context, pool *pgxpool.Pool, driver neo4j.DriverWithContext, every time.Duration, share float64, log *zap.Logger) {
+	// Only a setting can make New fail, and sync checked them at start:
+	// once made, the checker serves every tick, whatever one tick meets.
+	checker, err := drift.New(pool, driver, drift.Config{Sample: share}, log)
+	if err != nil {
+		log.Error("drift check cannot run", zap.String("error", redact.Text(err.Error())))
+		return
+	}
 	ticker := time.NewTicker(every)
 	defer ticker.Stop()
 	for {
@@ -54,11 +61,6 @@ func (w *driftWatch) run(ctx context.Context, pool *pgxpool.Pool, driver neo4j.D
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-		}
-		checker, err := drift.New(pool, driver, drift.Config{Sample: share}, log)
-		if err != nil {
-			log.Error("drift check cannot run", zap.String("error", redact.Text(err.Error())))
-			return
 		}
 		report, err := checker.Run(ctx, false)
 		if err != nil {

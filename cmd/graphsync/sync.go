@@ -103,11 +103,40 @@ func (f *syncFlags) validate() error {
 	); err != nil {
 		return err
 	}
+	if err := refuseNegatives(
+		signSetting{"workers", f.relay.Workers, f.relay.Workers < 0}, signSetting{"batch-size", f.relay.BatchSize, f.relay.BatchSize < 0},
+		signSetting{"backlog-batch-size", f.relay.BacklogBatchSize, f.relay.BacklogBatchSize < 0},
+		signSetting{"max-batch-bytes", f.relay.MaxBatchBytes, f.relay.MaxBatchBytes < 0},
+		signSetting{"poll-interval", f.relay.PollInterval, f.relay.PollInterval < 0},
+		signSetting{"fallback-poll-interval", f.relay.FallbackPollInterval, f.relay.FallbackPollInterval < 0},
+		signSetting{"lease", f.relay.Lease, f.relay.Lease < 0}, signSetting{"retry-step", f.relay.RetryStep, f.relay.RetryStep < 0},
+		signSetting{"retry-max-steps", f.relay.RetryMaxSteps, f.relay.RetryMaxSteps < 0},
+		signSetting{"max-attempts", f.relay.MaxAttempts, f.relay.MaxAttempts < 0},
+		signSetting{"drain-timeout", f.relay.DrainTimeout, f.relay.DrainTimeout < 0},
+		signSetting{"sink-backoff", f.relay.SinkBackoff, f.relay.SinkBackoff < 0},
+		signSetting{"sink-backoff-max", f.relay.SinkBackoffMax, f.relay.SinkBackoffMax < 0},
+		signSetting{"stream-stall-timeout", f.relay.StreamStallTimeout, f.relay.StreamStallTimeout < 0},
+		signSetting{"dependency-wait", f.relay.DependencyWait, f.relay.DependencyWait < 0},
+		signSetting{"dependency-wait-max", f.relay.DependencyWaitMax, f.relay.DependencyWaitMax < 0},
+		signSetting{"archive-after", f.retention.ArchiveAfter, f.retention.ArchiveAfter < 0},
+		signSetting{"keep-archive", f.retention.KeepArchive, f.retention.KeepArchive < 0},
+		signSetting{"max-payload-bytes", f.projector.Limits.MaxPayloadBytes, f.projector.Limits.MaxPayloadBytes < 0},
+		signSetting{"max-order-lines", f.projector.Limits.MaxOrderLines, f.projector.Limits.MaxOrderLines < 0},
+	); err != nil {
+		return err
+	}
+	if f.httpAddr != "" {
+		if _, _, err := net.SplitHostPort(f.httpAddr); err != nil {
+			return usageError{fmt.Sprintf("--http-addr %q: want host:port or :port (empty disables)", f.httpAddr)}
+		}
+	}
+	// What the libraries check beyond the sign (one setting against
+	// another, names), on one line.
 	if err := f.retention.Validate(); err != nil {
-		return usageError{err.Error()}
+		return usageError{joinedLine(err)}
 	}
 	if err := f.relay.Validate(); err != nil {
-		return usageError{err.Error()}
+		return usageError{joinedLine(err)}
 	}
 	if f.retentionEvery < 0 || f.driftEvery < 0 {
 		return usageError{fmt.Sprintf("--retention-every and --drift-check-every must not be negative (0 disables), got %s and %s", f.retentionEvery, f.driftEvery)}
