@@ -25,6 +25,10 @@ var migrationFiles embed.FS
 // matches what was applied.
 var ErrMigrationEdited = errors.New("applied migration was edited")
 
+// ErrSchemaNewer is returned when the database has a migration this binary
+// does not embed: a newer release migrated it.
+var ErrSchemaNewer = errors.New("the database schema is newer than this binary")
+
 // Migration is one numbered, embedded SQL file.
 type Migration struct {
 	Version  int
@@ -276,7 +280,7 @@ func checkApplied(migrations []Migration, applied map[int]string) error {
 	}
 	for version := range applied {
 		if !known[version] {
-			return fmt.Errorf("database has migration %d that this binary does not know: is it older than the schema?", version)
+			return fmt.Errorf("%w: it has migration %d, which this binary does not know; run the release that applied it", ErrSchemaNewer, version)
 		}
 	}
 	return nil

@@ -128,3 +128,28 @@ func TestReadinessNamesABrokenSink(t *testing.T) {
 		t.Errorf("readiness with Neo4j unreachable = %q, want only %q", problems, "neo4j: not reachable")
 	}
 }
+
+// A database a newer release migrated, or whose applied migration text
+// differs, is named as such by /readyz, not as an unreadable table: the
+// operator of a rolling upgrade learns which binary to run.
+func TestReadinessNamesASchemaNewerThanTheBinary(t *testing.T) {
+	ctx := context.Background()
+	_, pool := teststack.FreshDatabase(t)
+	ready := readiness{pool: pool, driver: teststack.Neo4j(t), cfg: relay.Config{Wake: relay.WakePoll}}
+	if problems := ready.check(ctx); len(problems) != 0 {
+		t.Fatalf("readiness of a migrated database = %q, want none", problems)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO graphsync_schema_migrations (version, name, checksum) VALUES (9999, '9999_later.sql', 'x')`); err != nil {
+		t.Fatal(err)
+	}
+	if problems := ready.check(ctx); len(problems) != 1 || !strings.Contains(problems[0], "newer than this binary") {
+		t.Errorf("readiness = %q, want the newer schema named", problems)
+	}
+	if _, err := pool.Exec(ctx, `DELETE FROM graphsync_schema_migrations WHERE version = 9999;
+		UPDATE graphsync_schema_migrations SET checksum = 'edited' WHERE version = 1`); err != nil {
+		t.Fatal(err)
+	}
+	if problems := ready.check(ctx); len(problems) != 1 || !strings.Contains(problems[0], "text differs") {
+		t.Errorf("readiness = %q, want the edited migration named", problems)
+	}
+}

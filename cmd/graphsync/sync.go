@@ -394,7 +394,11 @@ func (r readiness) check(ctx context.Context) []string {
 	// is wrong in its own words; the logs have the details.
 	if err := r.pool.Ping(ctx); err != nil {
 		problems = append(problems, "postgresql: not reachable")
-	} else if pending, err := gsql.Pending(ctx, r.pool); err != nil {
+	} else if pending, err := gsql.Pending(ctx, r.pool); errors.Is(err, gsql.ErrSchemaNewer) {
+		problems = append(problems, "migrations: the database schema is newer than this binary: run the release that migrated it")
+	} else if errors.Is(err, gsql.ErrMigrationEdited) {
+		problems = append(problems, "migrations: an applied migration's text differs from this binary's: run the release that applied it")
+	} else if err != nil {
 		problems = append(problems, "migrations: cannot read the applied migrations")
 	} else if len(pending) > 0 {
 		problems = append(problems, fmt.Sprintf("migrations: %d pending: run graphsync migrate", len(pending)))
