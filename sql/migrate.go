@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -82,7 +83,11 @@ CREATE TABLE IF NOT EXISTS graphsync_schema_migrations (
 // transaction, and returns the names of those it applied. It checks the
 // checksum of every applied migration first, so an edited migration stops it
 // before anything changes.
-func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
+func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) ([]string, error) {
+	o := migrateOptions{lockTimeout: DefaultLockTimeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	migrations, err := Migrations()
 	if err != nil {
 		return nil, err
@@ -92,7 +97,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
 		return nil, fmt.Errorf("migrate: acquire connection: %w", err)
 	}
 	defer conn.Release()
-	if err := takeMigrationLock(ctx, conn.Conn()); err != nil {
+	if err := takeMigrationLock(ctx, conn.Conn(), o.waiting); err != nil {
 		return nil, fmt.Errorf("migrate: take migration lock: %w", err)
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(migrationsLockKey)) //nolint:errcheck // released with the session anyway
@@ -115,12 +120,23 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
 			err = applyOutsideTransaction(ctx, conn.Conn(), m)
 		} else {
 			err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				// A statement waiting for a table's lock holds every later
+				// writer of the table behind it (producers, claims): the wait
+				// is bounded, and a migration can set its own.
+				if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", o.lockTimeout.Milliseconds())); err != nil {
+					return err
+				}
 				if _, err := tx.Exec(ctx, m.SQL); err != nil {
 					return err
 				}
 				_, err := tx.Exec(ctx, recordMigration, m.Version, m.Name, m.Checksum)
 				return err
 			})
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+			return names, fmt.Errorf("migrate: apply %s: waited %s for a lock on a table it changes, held by another transaction "+
+				"(a long one, or many writers); nothing of it was applied: run graphsync migrate again: %w", m.Name, o.lockTimeout, err)
 		}
 		if err != nil {
 			return names, fmt.Errorf("migrate: apply %s: %w", m.Name, err)
@@ -190,13 +206,42 @@ func applyOutsideTransaction(ctx context.Context, conn *pgx.Conn, m Migration) e
 	return err
 }
 
+// DefaultLockTimeout bounds how long a transactional migration waits for a
+// table's lock (lock_timeout), unless WithLockTimeout says otherwise.
+const DefaultLockTimeout = 5 * time.Second
+
+// waitNotice is how often a run waiting for another's migration lock says so.
+const waitNotice = 10 * time.Second
+
+// MigrateOption changes how Migrate reports.
+type MigrateOption func(*migrateOptions)
+
+type migrateOptions struct {
+	waiting     func(holderPID int64)
+	lockTimeout time.Duration
+}
+
+// WithLockTimeout sets how long a transactional migration waits for a
+// table's lock before it fails, applying nothing of itself.
+func WithLockTimeout(d time.Duration) MigrateOption {
+	return func(o *migrateOptions) { o.lockTimeout = d }
+}
+
+// WhileWaiting has Migrate call fn when it finds another run holding the
+// migration lock, and every ten seconds while it waits, with the PostgreSQL
+// backend pid of the holder (0 when it cannot be read).
+func WhileWaiting(fn func(holderPID int64)) MigrateOption {
+	return func(o *migrateOptions) { o.waiting = fn }
+}
+
 // takeMigrationLock takes the session lock that serialises migrate runs,
 // asking again every lockPoll instead of waiting inside
 // pg_advisory_lock: a statement waiting there holds a snapshot, and a
 // CREATE INDEX CONCURRENTLY in the run that holds the lock waits for every
 // such snapshot to end, while the waiter waits for the lock: a deadlock,
 // which PostgreSQL breaks by failing the index build.
-func takeMigrationLock(ctx context.Context, conn *pgx.Conn) error {
+func takeMigrationLock(ctx context.Context, conn *pgx.Conn, waiting func(holderPID int64)) error {
+	var toldAt time.Time
 	for {
 		var taken bool
 		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(migrationsLockKey)).Scan(&taken); err != nil {
@@ -204,6 +249,16 @@ func takeMigrationLock(ctx context.Context, conn *pgx.Conn) error {
 		}
 		if taken {
 			return nil
+		}
+		if waiting != nil && time.Since(toldAt) >= waitNotice {
+			// Who holds it: an advisory lock of a bigint key is kept as its
+			// high and low 32 bits.
+			var holder int64
+			_ = conn.QueryRow(ctx, `SELECT coalesce(min(pid), 0) FROM pg_locks
+				WHERE locktype = 'advisory' AND granted AND objsubid = 1
+				  AND (classid::bigint << 32 | objid::bigint) = $1`, int64(migrationsLockKey)).Scan(&holder)
+			waiting(holder)
+			toldAt = time.Now()
 		}
 		select {
 		case <-ctx.Done():

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -334,5 +335,87 @@ func requireFailingIndexValid(t *testing.T, pool *pgxpool.Pool) {
 	if err := pool.QueryRow(context.Background(), `SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
 		WHERE c.relname = 'outbox_messages_failing_idx'`).Scan(&valid); err != nil || !valid {
 		t.Fatalf("the failing rows' index: valid %v, %v", valid, err)
+	}
+}
+
+// A transactional migration that cannot have a table's lock (a long
+// transaction reads the table) fails after the lock timeout, naming what to
+// do, instead of queueing every later writer of the table behind it;
+// nothing of it is applied, and the next run applies it.
+func TestTransactionalMigrationWaitsForALockBounded(t *testing.T) {
+	_, pool := teststack.FreshDatabase(t)
+	ctx := context.Background()
+	for _, stmt := range []string{
+		`DELETE FROM graphsync_schema_migrations WHERE version = 10`,
+		`DROP INDEX outbox_aggregate_leases_waiting_idx`,
+		`ALTER TABLE outbox_aggregate_leases DROP COLUMN deferred_since, DROP COLUMN deferred_at`,
+	} {
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx) //nolint:errcheck
+	if _, err := holder.Exec(ctx, `LOCK TABLE outbox_aggregate_leases IN ACCESS SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = gsql.Migrate(ctx, pool, gsql.WithLockTimeout(300*time.Millisecond))
+	if err == nil || !strings.Contains(err.Error(), "0010") || !strings.Contains(err.Error(), "run graphsync migrate again") {
+		t.Fatalf("migrate beside a transaction holding the table: %v, want a lock timeout naming 0010", err)
+	}
+	if pending, err := gsql.Pending(ctx, pool); err != nil || len(pending) != 1 {
+		t.Fatalf("pending %v, %v; want 0010 alone", pending, err)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := gsql.Migrate(ctx, pool); err != nil || len(applied) != 1 {
+		t.Fatalf("migrate once the table is free: %v, %v", applied, err)
+	}
+}
+
+// A run that waits for another's migration lock says so, naming the
+// backend that holds it, and goes on once it is free.
+func TestMigrateSaysWhoHoldsTheLock(t *testing.T) {
+	_, pool := teststack.FreshDatabase(t)
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	var holderPID int64
+	if err := conn.QueryRow(ctx, `SELECT pg_advisory_lock(x'67736d6967726174'::bigint), pg_backend_pid()`).Scan(nil, &holderPID); err != nil {
+		t.Fatal(err)
+	}
+	told := make(chan int64, 10)
+	done := make(chan error, 1)
+	go func() {
+		_, err := gsql.Migrate(ctx, pool, gsql.WhileWaiting(func(pid int64) { told <- pid }))
+		done <- err
+	}()
+	select {
+	case pid := <-told:
+		if pid != holderPID {
+			t.Errorf("told holder pid %d, want %d", pid, holderPID)
+		}
+	case err := <-done:
+		t.Fatalf("migrate returned while another held the lock: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("migrate did not say it waits")
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(x'67736d6967726174'::bigint)`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("migrate still waits after the lock was released")
 	}
 }

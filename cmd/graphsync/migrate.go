@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -39,7 +40,9 @@ func runMigrate(ctx context.Context, args []string) error {
 		ensureGraph = func() error { return projector.EnsureSchema(ctx, driver) }
 		defer driverClose()
 	}
-	applied, err := gsql.Migrate(ctx, pool)
+	applied, err := gsql.Migrate(ctx, pool, gsql.WhileWaiting(func(holder int64) {
+		fmt.Fprintf(os.Stderr, "postgresql: waiting for another graphsync migrate to finish (backend pid %d holds the migration lock)\n", holder)
+	}))
 	for _, name := range applied {
 		fmt.Println("postgresql: applied", name)
 	}
