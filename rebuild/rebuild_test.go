@@ -769,3 +769,49 @@ func TestReplayDeliversAgainWhatNeo4jLeftUnapplied(t *testing.T) {
 		t.Errorf("the replayed graph differs from the synced one\nsynced:\n%s\nreplayed:\n%s", full(synced), full(got))
 	}
 }
+
+// brokenSink refuses every chunk as a broken sink does (a Neo4j setting
+// that cannot work), which the replay does not retry.
+type brokenSink struct{ relay.Sink }
+
+func (brokenSink) Deliver(context.Context, []relay.Message) (map[int64]error, error) {
+	return nil, fmt.Errorf("%w: the test's sink refuses every chunk", relay.ErrSinkBroken)
+}
+
+// A replay whose delivery fails returns its error while the reader of the
+// history waits for a transaction older than the replay (one left idle
+// with a transaction id): it did not end until that transaction did.
+func TestReplayStopsOnAFailedDeliveryWhileTheReaderWaits(t *testing.T) {
+	pool, driver := stack(t)
+	startSync(t, pool, driver, "sync-failed-delivery")
+	tenant := writeWorkload(t, pool, driver, workload.Config{Seed: 29, Tenants: 1, Orders: 20, Writers: 1})[0]
+	waitCaughtUp(t, pool)
+	ctx := context.Background()
+	var events int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_messages WHERE tenant_id = $1`, tenant).Scan(&events); err != nil {
+		t.Fatal(err)
+	}
+	idle, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Rollback(ctx) //nolint:errcheck
+	if _, err := idle.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
+		t.Fatal(err)
+	}
+	// The first chunk is whole, the second short: the reader reaches the
+	// end of the history, and waits for the idle transaction, while the
+	// first chunk's delivery fails.
+	b, err := New(pool, driver, Config{TenantID: tenant, Source: SourceReplay, ChunkSize: max(1, events*2/3), Sink: brokenSink{},
+		RecheckAfter: 100 * time.Millisecond}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	start := time.Now()
+	_, err = b.Run(runCtx)
+	if !errors.Is(err, relay.ErrSinkBroken) || time.Since(start) > 30*time.Second {
+		t.Fatalf("replay with a broken sink beside an idle transaction: %v after %s, want the sink's error at once", err, time.Since(start).Round(time.Millisecond))
+	}
+}

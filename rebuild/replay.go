@@ -105,6 +105,12 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 		}()
 		// Every return below waits for the look-ahead first.
 		rejected, err := b.deliverChunk(ctx, c, prep)
+		if err != nil {
+			// The replay ends here: the look-ahead must not wait for a
+			// chunk the reader may not send for a long time (it waits for
+			// transactions older than the replay, one of them perhaps idle).
+			stopReading()
+		}
 		<-lookedAhead
 		if err == nil {
 			rejected, err = b.retryNotApplied(ctx, c.batch, rejected)
