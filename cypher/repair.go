@@ -78,6 +78,7 @@ func RemoveTombstonedText(m graphmodel.Model, label string) (string, error) {
 // RepairRelText merges relationships of type typ from rows {tenant_id,
 // from_id, to_id, version, props}: only where the owning aggregate (the From
 // end when it is an aggregate, else the To end) is not newer than version.
+// A Single type's other edge from the same From node is deleted with it.
 func RepairRelText(m graphmodel.Model, typ string) (string, error) {
 	rt, ok := m.Relationship(typ)
 	if !ok {
@@ -96,6 +97,12 @@ func RepairRelText(m graphmodel.Model, typ string) (string, error) {
 		rt.From, graphmodel.KeyTenantID, graphmodel.KeyID, rt.To, graphmodel.KeyTenantID, graphmodel.KeyID)
 	b.WriteString(lockNode(owner))
 	fmt.Fprintf(&b, "WITH a, b, row\nWHERE coalesce(%s.%s, 0) <= row.version\n", owner, graphmodel.PropVersion)
+	if rt.Single {
+		// The From node's one such edge moves: the old one goes in the same
+		// statement, so a reader never sees a product in two categories
+		// (a snapshot rebuild deletes nothing else until its sweep).
+		fmt.Fprintf(&b, "OPTIONAL MATCH (a)-[old:%s]->(other)\nWHERE other <> b\nDELETE old\nWITH DISTINCT a, b, row\n", rt.Type)
+	}
 	fmt.Fprintf(&b, "MERGE (a)-[r:%s {%s}]->(b)\n", rt.Type, strings.Join(keys, ", "))
 	if len(rt.Properties) > 0 {
 		var sets []string
