@@ -72,8 +72,16 @@ func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 		}
 		add(StaleNode, strings.Join(stale, "; "), &repairAction{upsert: upsert})
 	}
-	keys := make([]string, 0, len(got.props))
-	for k := range got.props {
+	propertyFindings(model, label, got.props, add)
+	findings = append(findings, compareRels(model, tenant, label, exp, got, upsert)...)
+	return findings
+}
+
+// propertyFindings checks a node's properties against its label's
+// allowlist and for personal data, and adds what it finds.
+func propertyFindings(model graphmodel.Model, label graphmodel.Label, props map[string]any, add func(Kind, string, *repairAction)) {
+	keys := make([]string, 0, len(props))
+	for k := range props {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
@@ -91,7 +99,7 @@ func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 		// A code (a SKU, a currency) is written as it is and compared as a
 		// property: a part number shaped like a phone number is not
 		// personal data, and reporting it would be drift for good.
-		if what := personalData(got.props[k]); what != "" && !code {
+		if what := personalData(props[k]); what != "" && !code {
 			// In free text: sync masks it at write, so another writer left
 			// it, and the node also reads as stale, whose repair
 			// re-projects it masked. Any other property is removed.
@@ -105,11 +113,9 @@ func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 			}
 		}
 		if !allowed {
-			add(PropertyNotAllowed, fmt.Sprintf("property %s = %s is outside the allowlist", k, show(got.props[k])), &repairAction{removeProp: k})
+			add(PropertyNotAllowed, fmt.Sprintf("property %s = %s is outside the allowlist", k, show(props[k])), &repairAction{removeProp: k})
 		}
 	}
-	findings = append(findings, compareRels(model, tenant, label, exp, got, upsert)...)
-	return findings
 }
 
 // compareRels compares the relationships a node owns; upsert is the node's

@@ -1109,3 +1109,64 @@ func TestRepairWritesInChunks(t *testing.T) {
 		t.Errorf("drift %d after the repair: %+v", report.DriftTotal, report.Counts)
 	}
 }
+
+// A tenant run sees the edges another tenant's nodes own that reach into
+// its tenant (a product of tenant B in a category of tenant A, an order of
+// B containing a product of A): the chunks read each edge from its owner,
+// so only a whole-graph run saw them, from B's side. --repair --tenant A
+// removes them.
+func TestTenantRunSeesLinksFromOtherTenants(t *testing.T) {
+	pool, driver, tenants := syncedWorkload(t, workload.Config{Seed: 19, Tenants: 2, Orders: 8, DeleteEvery: -1}, "sync-linked")
+	a, b := tenants[0], tenants[1]
+	p := map[string]any{"a": a, "b": b,
+		"category": ids(t, pool, `SELECT id FROM categories WHERE tenant_id = $1 ORDER BY id LIMIT 1`, a)[0],
+		"productA": ids(t, pool, `SELECT id FROM products WHERE tenant_id = $1 ORDER BY id LIMIT 1`, a)[0],
+		"productB": ids(t, pool, `SELECT id FROM products WHERE tenant_id = $1 ORDER BY id LIMIT 1`, b)[0],
+		"orderB":   ids(t, pool, `SELECT id FROM sales_orders WHERE tenant_id = $1 ORDER BY id LIMIT 1`, b)[0]}
+	cypherExec(t, driver, `MATCH (p:Product {tenant_id: $b, id: $productB}), (c:Category {tenant_id: $a, id: $category})
+		CREATE (p)-[:IN_CATEGORY {tenant_id: $b}]->(c)`, p)
+	cypherExec(t, driver, `MATCH (o:Order {tenant_id: $b, id: $orderB}), (p:Product {tenant_id: $a, id: $productA})
+		CREATE (o)-[:CONTAINS {tenant_id: $b, line_no: 99, quantity: 1, unit_price_cents: 1}]->(p)`, p)
+	linked := func(r *Report) int {
+		n := 0
+		for _, c := range r.Counts {
+			if c.Kind == CrossTenant && c.TenantID == a {
+				n += c.Count
+			}
+		}
+		return n
+	}
+	if n := linked(check(t, pool, driver, a, false)); n != 2 {
+		t.Errorf("tenant run of A: %d relationships from tenant B found, want 2", n)
+	}
+	check(t, pool, driver, a, true)
+	for _, tenant := range []int64{a, b} {
+		if report := check(t, pool, driver, tenant, false); report.DriftTotal != 0 {
+			t.Errorf("tenant %d: drift %d after the repair of A: %+v", tenant, report.DriftTotal, report.Counts)
+		}
+	}
+}
+
+// The tenant node and the tombstones carry graphsync's own keys only: a
+// property another writer put there is reported (personal data as such)
+// and --repair removes it, as on every other node of the model.
+func TestTenantAndTombstonePropertiesAreChecked(t *testing.T) {
+	pool, driver, tenants := syncedWorkload(t, workload.Config{Seed: 21, Tenants: 1, Orders: 6, DeleteEvery: 2}, "sync-special-props")
+	tenant := tenants[0]
+	p := map[string]any{"t": tenant}
+	cypherExec(t, driver, `MATCH (n:Tenant {tenant_id: $t, id: $t}) SET n.owner_email = 'owner@example.org'`, p)
+	cypherExec(t, driver, `MATCH (n:DeletedProduct {tenant_id: $t}) WITH n ORDER BY n.id LIMIT 1 SET n.note = 'kept for audit'`, p)
+	found := map[string]Kind{}
+	for _, c := range check(t, pool, driver, tenant, false).Counts {
+		if c.TenantID == tenant && (c.Label == graphmodel.LabelTenant || c.Label == graphmodel.LabelDeletedProduct) {
+			found[c.Label] = c.Kind
+		}
+	}
+	if found[graphmodel.LabelTenant] != PersonalData || found[graphmodel.LabelDeletedProduct] != PropertyNotAllowed {
+		t.Errorf("found %v, want personal_data on the Tenant node and property_not_allowed on the tombstone", found)
+	}
+	check(t, pool, driver, tenant, true)
+	if report := check(t, pool, driver, tenant, false); report.DriftTotal != 0 {
+		t.Errorf("drift %d after the repair: %+v", report.DriftTotal, report.Counts)
+	}
+}

@@ -37,6 +37,9 @@ type repairAction struct {
 	deleteWithoutID string
 	// deleteMisplaced removes a tenant's misplaced edges of a type.
 	deleteMisplaced *misplacedIn
+	// deleteLinkedIn removes, in a tenant run, the edges of a type from
+	// another tenant's owner node to the run's tenant.
+	deleteLinkedIn *linkedIn
 }
 
 // misplacedIn is the misplaced edges of one tenant (or of none).
@@ -119,6 +122,7 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 	var untenanted []string
 	var withoutID []Finding
 	var misplacedEdges []*misplacedIn
+	var linkedEdges []*linkedIn
 	var deleteTenants []int64
 	for _, f := range r.findings {
 		a := f.repair
@@ -146,6 +150,8 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 			withoutID = append(withoutID, f)
 		case a.deleteMisplaced != nil:
 			misplacedEdges = append(misplacedEdges, a.deleteMisplaced)
+		case a.deleteLinkedIn != nil:
+			linkedEdges = append(linkedEdges, a.deleteLinkedIn)
 		}
 	}
 	var changes []string
@@ -226,6 +232,13 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 			"MATCH (a)-[r:"+m.typ+"]->(b) WHERE "+m.condition(true)+" AND "+scope+
 				" WITH r LIMIT 10000 DELETE r RETURN count(*) AS applied",
 			map[string]any{"tenant": m.tenant, "owned": cypher.Labels(r.model)}, &changes); err != nil {
+			return changes, err
+		}
+	}
+	for _, l := range linkedEdges {
+		if err := r.deleteInBatches(ctx, fmt.Sprintf("deleted %s relationships from other tenants to tenant %d", l.typ, l.tenant),
+			l.match(true)+"\nWITH r LIMIT 10000 DELETE r RETURN count(*) AS applied",
+			map[string]any{"tenant": l.tenant, "owned": cypher.Labels(r.model)}, &changes); err != nil {
 			return changes, err
 		}
 	}

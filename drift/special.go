@@ -8,6 +8,7 @@ import (
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
 	"graphsync/cypher"
+	"graphsync/graphmodel"
 )
 
 func (r *run) query(ctx context.Context, text string, params map[string]any) ([]*neo4j.Record, error) {
@@ -26,6 +27,18 @@ func (r *run) checkTombstonesAndTenant(ctx context.Context, tx pgx.Tx, tenant in
 	if err != nil {
 		return err
 	}
+	if tenantNode {
+		recs, err := r.query(ctx, "MATCH (t:"+tenantLabel(r.model)+" {tenant_id: $tenant, id: $tenant}) RETURN properties(t) AS props",
+			map[string]any{"tenant": tenant})
+		if err != nil {
+			return fmt.Errorf("read the tenant node of tenant %d: %w", tenant, err)
+		}
+		label, _ := r.model.Label(tenantLabel(r.model))
+		for _, rec := range recs {
+			props, _, _ := neo4j.GetRecordValue[map[string]any](rec, "props")
+			r.checkProperties(tenant, label, tenant, props)
+		}
+	}
 	if anyRows && !tenantNode {
 		r.suspects = append(r.suspects, suspect{tenant, tenantLabel(r.model), tenant})
 	}
@@ -38,7 +51,7 @@ func (r *run) checkTombstonesAndTenant(ctx context.Context, tx pgx.Tx, tenant in
 	after := int64(0)
 	for {
 		recs, err := r.query(ctx, "MATCH (n:"+tomb+") WHERE n.tenant_id = $tenant AND "+integerID("n")+" AND n.id > $after "+
-			"AND ((n.id % 1000003) * 7919 + $offset) % 1000 < $share WITH n ORDER BY n.id LIMIT $limit RETURN n.id AS id",
+			"AND ((n.id % 1000003) * 7919 + $offset) % 1000 < $share WITH n ORDER BY n.id LIMIT $limit RETURN n.id AS id, properties(n) AS props",
 			map[string]any{"tenant": tenant, "after": after, "limit": int64(r.c.cfg.ChunkSize), "offset": r.sample.offset, "share": r.sample.share})
 		if err != nil {
 			return fmt.Errorf("read tombstones of tenant %d: %w", tenant, err)
@@ -49,6 +62,8 @@ func (r *run) checkTombstonesAndTenant(ctx context.Context, tx pgx.Tx, tenant in
 		ids := make([]int64, len(recs))
 		for i, rec := range recs {
 			ids[i], _, _ = neo4j.GetRecordValue[int64](rec, "id")
+			props, _, _ := neo4j.GetRecordValue[map[string]any](rec, "props")
+			r.checkProperties(tenant, graphmodel.Label{Name: tomb}, ids[i], props)
 		}
 		counts.Nodes += len(ids)
 		after = ids[len(ids)-1]
@@ -68,6 +83,16 @@ func (r *run) checkTombstonesAndTenant(ctx context.Context, tx pgx.Tx, tenant in
 			r.suspects = append(r.suspects, suspect{tenant, tomb, id})
 		}
 	}
+}
+
+// checkProperties holds the properties of a node no chunk reads (the tenant
+// node, a tombstone: they carry graphsync's own keys only) to the allowlist
+// and the personal-data rule. Only another writer puts anything else there,
+// so what is found is final, without a second look.
+func (r *run) checkProperties(tenant int64, label graphmodel.Label, id int64, props map[string]any) {
+	propertyFindings(r.model, label, props, func(kind Kind, detail string, repair *repairAction) {
+		r.findings = append(r.findings, Finding{Kind: kind, TenantID: tenant, Label: label.Name, ID: id, Count: 1, Detail: detail, repair: repair})
+	})
 }
 
 func (r *run) tenantNodeExists(ctx context.Context, tenant int64) (bool, error) {
@@ -180,6 +205,9 @@ RETURN n.tenant_id AS tenant, foreign, mine, count(*) AS nodes, min(n.id) AS exa
 	if err := r.scanMisplaced(ctx); err != nil {
 		return err
 	}
+	if err := r.scanLinkedFromOtherTenants(ctx); err != nil {
+		return err
+	}
 	var types []string
 	for _, rt := range r.model.Relationships {
 		types = append(types, rt.Type)
@@ -225,6 +253,62 @@ func (m misplaced) condition(repairable bool) string {
 		text += " AND any(l IN labels(a) WHERE l IN $owned) AND any(l IN labels(b) WHERE l IN $owned)"
 	}
 	return text
+}
+
+// linkedIn is a relationship type's edges, in a tenant run, from another
+// tenant's owner node (or one without a tenant) to a node of the run's
+// tenant: the chunks read each edge from its owner, so only a whole-graph
+// run would see them, from the other tenant's side.
+type linkedIn struct {
+	typ, from, to string
+	out           bool // the owner is the From end
+	tenant        int64
+}
+
+// match is the Cypher pattern and condition of those edges, r from a to b:
+// from the run's tenant's ($tenant) nodes of the other end's label (a
+// label scan of one label, not of every edge of the type), to an owner of
+// another tenant or of none; the edge's own tenant_id is not trusted. With
+// repairable, only edges whose owner is a node of a projected label
+// ($owned). Labels and types come from the validated model.
+func (l linkedIn) match(repairable bool) string {
+	text := "MATCH (b:" + l.to + ") WHERE b.tenant_id = $tenant\nMATCH (a)-[r:" + l.typ + "]->(b) WHERE coalesce(a.tenant_id <> $tenant, true)"
+	owner := "a"
+	if !l.out {
+		text = "MATCH (a:" + l.from + ") WHERE a.tenant_id = $tenant\nMATCH (a)-[r:" + l.typ + "]->(b) WHERE coalesce(b.tenant_id <> $tenant, true)"
+		owner = "b"
+	}
+	if repairable {
+		text += " AND any(l IN labels(" + owner + ") WHERE l IN $owned)"
+	}
+	return text
+}
+
+// scanLinkedFromOtherTenants reads, in a tenant run, each relationship type
+// of the model for edges another tenant's node owns that end at (or start
+// from) one of the run's tenant (see linkedIn).
+func (r *run) scanLinkedFromOtherTenants(ctx context.Context) error {
+	tenant := r.c.cfg.TenantID
+	if tenant == 0 {
+		return nil // a whole-graph run reads them from their owner's tenant
+	}
+	for _, rt := range r.model.Relationships {
+		owner, out := ownedBy(r.model, rt)
+		l := linkedIn{typ: rt.Type, from: rt.From, to: rt.To, out: out, tenant: tenant}
+		recs, err := r.query(ctx, l.match(false)+"\nRETURN count(*) AS n",
+			map[string]any{"tenant": tenant})
+		if err != nil {
+			return fmt.Errorf("scan the graph for %s relationships from other tenants: %w", rt.Type, err)
+		}
+		n, _, _ := neo4j.GetRecordValue[int64](recs[0], "n")
+		if n == 0 {
+			continue
+		}
+		r.findings = append(r.findings, Finding{Kind: CrossTenant, TenantID: tenant, Label: owner, Count: int(n),
+			Detail: fmt.Sprintf("%d %s relationships link this tenant's nodes to %s nodes of another tenant (or of none)", n, rt.Type, owner),
+			repair: &repairAction{deleteLinkedIn: &l}})
+	}
+	return nil
 }
 
 // scanMisplaced reads the graph once per relationship type of the model for
