@@ -57,7 +57,18 @@ type nationalShape struct {
 	// and a lone digit and a separator stand before it, as an EAN-13 is
 	// printed ("5 012345 678900").
 	barcodeGuard bool
+	// yearGuard: passed over when its second group is a year (19xx, 20xx):
+	// a month and a year, then a quantity ("MHD 06 2025 5000").
+	yearGuard bool
+	// inContext: masked only after a word that announces a phone number
+	// (phoneContext): the shape is as often a size list or an article
+	// number ("Maße 045 120 60 80", "Art.-Nr. 012 345 67 89").
+	inContext bool
 }
+
+// phoneContext is a word that announces a phone number, and what may stand
+// between it and the number (no digit), at the end of the text before it.
+var phoneContext = regexp.MustCompile(`(?i)(\b(tel|phone|fon|fax|mobil|handy|natel|hotline|ruf|call|appel|anruf|kontakt|contact|whatsapp)|☎|📞)[^\d]{0,12}$`)
 
 // nationalShapes, in the order they claim text:
 //   - 00, a country code and a number ("0049 30 1234567", "0044 20 7946
@@ -66,9 +77,14 @@ type nationalShape struct {
 //     1234567", "0171 1234567", "06-12345678", "07700 900123", and with a
 //     slash, "030/1234567"), wherever it stands (beside a year, a postcode,
 //     another number);
-//   - five pairs ("01 23 45 67 89", "06.12.34.56.78"), three groups
-//     ("0800 123 4567", "020 7946 0958", "02 9876 5432") and an area code
-//     with 3-2-2 ("044 123 45 67", "02 123 45 67"), unless part of a list.
+//   - five pairs ("01 23 45 67 89", "06.12.34.56.78") and three groups
+//     ("0800 123 4567", "020 7946 0958"), unless part of a list; a
+//     two-digit area code with 4-4 ("02 9876 5432") unless its first group
+//     is a year; an area code with 3-2-2 ("044 123 45 67", "02 123 45 67")
+//     only after a word such as "Tel" (phoneContext).
+//
+// A shape written with a slash is passed over inside a path or a link
+// ("https://shop.example/p/0123/456789").
 //
 // A date (01.02.2024, or with a time or a range after it) mixes separators
 // or has too few digits, and stays.
@@ -76,8 +92,9 @@ var nationalShapes = []nationalShape{
 	{re: nationalPattern(`00[1-9]\d{0,2}(SEP\d{1,8}){2,5}`), minDigits: 11, maxDigits: 17, trim: true},
 	{re: nationalPattern(`0[1-9]\d{0,4}SEP\d{5,8}`, `/`), minDigits: 9, maxDigits: 13, barcodeGuard: true},
 	{re: nationalPattern(`0[1-9](SEP\d{2}){4}`), minDigits: 10, maxDigits: 10, groups: 5},
-	{re: nationalPattern(`0[1-9]\d{0,3}SEP\d{3,4}SEP\d{3,4}`), minDigits: 9, maxDigits: 13, groups: 3},
-	{re: nationalPattern(`0[1-9]\d{0,3}SEP\d{3}SEP\d{2}SEP\d{2}`), minDigits: 9, maxDigits: 11, groups: 4},
+	{re: nationalPattern(`0[1-9]\d{1,3}SEP\d{3,4}SEP\d{3,4}`), minDigits: 9, maxDigits: 13, groups: 3},
+	{re: nationalPattern(`0[1-9]SEP\d{4}SEP\d{4}`), minDigits: 10, maxDigits: 10, yearGuard: true},
+	{re: nationalPattern(`0[1-9]\d{0,3}SEP\d{3}SEP\d{2}SEP\d{2}`), minDigits: 9, maxDigits: 11, inContext: true},
 }
 
 // nationalPattern is one regexp of a shape, written once per kind of
@@ -141,6 +158,17 @@ func nationalNumbers(text string) [][]int {
 			}
 			if shape.groups > 0 && inList(text, gs, shape.groups, sepKindOf(text[span[0]:span[1]])) {
 				continue
+			}
+			if shape.yearGuard && len(gs) > 1 && gs[1].width() == 4 &&
+				(strings.HasPrefix(text[gs[1].start:], "19") || strings.HasPrefix(text[gs[1].start:], "20")) {
+				continue
+			}
+			if shape.inContext && !phoneContext.MatchString(text[max(0, span[0]-32):span[0]]) {
+				continue
+			}
+			if strings.Contains(text[span[0]:span[1]], "/") &&
+				(span[0] > 0 && text[span[0]-1] == '/' || span[1] < len(text) && text[span[1]] == '/') {
+				continue // a path or a link, not a number
 			}
 			if !overlaps(spans, span) {
 				spans = append(spans, span)
