@@ -225,12 +225,13 @@ func (c *connFlags) openPostgres(ctx context.Context, maxConns int32) (*pgxpool.
 	// pgx ends a URL's userinfo at its first '@': a password holding an
 	// unescaped '@' would be cut there, and the rest of it looked up as part
 	// of the host name, named in every error that follows.
-	hosts := []string{cfg.ConnConfig.Host}
+	// With a '/' in it too, the rest after the '/' became the database name.
+	names := []string{cfg.ConnConfig.Host, cfg.ConnConfig.Database}
 	for _, fallback := range cfg.ConnConfig.Fallbacks {
-		hosts = append(hosts, fallback.Host)
+		names = append(names, fallback.Host)
 	}
-	for _, host := range hosts {
-		if strings.Contains(host, "@") {
+	for _, name := range names {
+		if strings.Contains(name, "@") {
 			return nil, usageError{fmt.Sprintf("PostgreSQL URL %s: its user name or password holds an '@' that is not percent-encoded; write it as %%40", redact.URL(c.pgURL))}
 		}
 	}

@@ -31,12 +31,18 @@ func TestConnectionErrorsHideThePassword(t *testing.T) {
 		// pgx ends the userinfo at the first '@' and looks the rest up as
 		// the host: refused before it is used, naming the encoding.
 		"3xY9kQ": {"--pg-url", "postgres://app:Tr0ub4dor@3xY9kQ@127.0.0.1:1/x?connect_timeout=2"},
+		// ... or, after a '/', as the database name.
+		"w0rd": {"--pg-url", "postgres://app:p@ss/w0rd@127.0.0.1:1/x?connect_timeout=2"},
+		// A passphrase of short words.
+		"fox": {"--pg-url", `host=127.0.0.1 port=1 password=red\ fox\ ran\ far sslmode=bogus`},
+		// user@server and a space in the password.
+		"my s4cret": {"--pg-url", "postgres://app@server:my s4cret@127.0.0.1:1/x?connect_timeout=2"},
 	} {
 		code, stderr := runCapturingStderr(t, append([]string{"drift", "--neo4j-uri", "bolt://127.0.0.1:1"}, args...))
 		if code != 2 || strings.Contains(stderr, secret) || !strings.Contains(stderr, "xxxxx") {
 			t.Errorf("%v: exit %d, want 2 and the password hidden:\n%s", args, code, stderr)
 		}
-		if secret == "3xY9kQ" && !strings.Contains(stderr, "%40") {
+		if (secret == "3xY9kQ" || secret == "w0rd") && !strings.Contains(stderr, "%40") {
 			t.Errorf("%v: the refusal does not say how to write the '@':\n%s", args, stderr)
 		}
 	}

@@ -46,8 +46,19 @@ func TextWith(s string, connStrings ...string) string {
 			pw := conn[sp.from:sp.to]
 			literals = append(literals, pw)
 			literals = append(literals, strings.FieldsFunc(pw, func(r rune) bool {
-				return r == '\\' || r == '\'' || r == '"' || r == '@' || r < 0x80 && isSpace(byte(r))
+				return r == '\\' || r == '\'' || r == '"' || r == '@' || r == '/' || r < 0x80 && isSpace(byte(r))
 			})...)
+			// What follows each escaped space, as written: pgx hides a
+			// key/value password up to the first one only, and the words
+			// after it may each be too short to hide on their own.
+			for i := strings.Index(pw, `\ `); i >= 0; {
+				literals = append(literals, pw[i+2:])
+				next := strings.Index(pw[i+2:], `\ `)
+				if next < 0 {
+					break
+				}
+				i += 2 + next
+			}
 		}
 	}
 	// The longest first, so that a piece does not cut a longer literal that
@@ -137,7 +148,7 @@ func userinfoPassword(s string, at int) (span, bool) {
 	}
 	for j := end - 1; j >= from; j-- {
 		if s[j] == '@' && hostFollows(s[j+1:]) {
-			if userAt && strings.IndexFunc(s[from:j], func(r rune) bool { return r < 0x80 && isSpace(byte(r)) }) >= 0 {
+			if userAt && portFollows(s[from:j]) {
 				// user@host:port followed by text with an '@' in it: the
 				// colon was the port's, not a password's.
 				return span{}, false
@@ -146,6 +157,16 @@ func userinfoPassword(s string, at int) (span, bool) {
 		}
 	}
 	return span{}, false
+}
+
+// portFollows reports whether s starts with a port: digits, then the end, a
+// path, a query or a space.
+func portFollows(s string) bool {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return i > 0 && (i == len(s) || strings.IndexByte("/?,", s[i]) >= 0 || isSpace(s[i]))
 }
 
 // isScheme reports whether s ends with a URL scheme: a letter, then letters,

@@ -37,6 +37,7 @@ func TestText(t *testing.T) {
 		{"colon", "auth failed: password: hunter2 user=neo4j", "auth failed: password: xxxxx user=neo4j"},
 		{"JSON", `{"user":"app","password":"s3cret"}`, `{"user":"app","password":xxxxx}`},
 		{"unescaped @ in the user name", "postgres://graphsync@myserver:S3cret@h.example.com:5432/db", "postgres://graphsync@myserver:xxxxx@h.example.com:5432/db"},
+		{"unescaped @ in the user name, a space in the password", "postgres://app@server:my s3cret@127.0.0.1:1/x", "postgres://app@server:xxxxx@127.0.0.1:1/x"},
 		// Left as they are.
 		{"user@server without a password, then an @ in the text", "postgres://app@db:5432/x: lookup a b@host", "postgres://app@db:5432/x: lookup a b@host"},
 		{"URL without a password", "postgres://app@db/x", "postgres://app@db/x"},
@@ -74,11 +75,19 @@ func TestTextWith(t *testing.T) {
 		// pgx hides a key/value password up to its first escaped space.
 		{"escaped spaces", `host=db user=app password=correct\ horse\ battery sslmode=requre`,
 			"cannot parse `host=db user=app password=xxxxx horse\\ battery sslmode=requre`: failed to configure TLS",
-			"cannot parse `host=db user=app password=xxxxx xxxxx\\ xxxxx sslmode=requre`: failed to configure TLS"},
+			"cannot parse `host=db user=app password=xxxxx xxxxx sslmode=requre`: failed to configure TLS"},
 		// pgx takes the userinfo up to the first '@': the rest of the
 		// password becomes part of the host it looks up.
 		{"the password's end in a host name", "postgres://app:Tr0ub4dor@3xY9kQ@db.internal:5432/db",
 			"dial tcp: lookup 3xY9kQ@db.internal: no such host", "dial tcp: lookup xxxxx@db.internal: no such host"},
+		// A passphrase of short words: pgx echoes all but the first.
+		{"short words after escaped spaces", `host=db password=red\ fox\ ran\ far sslmode=requre`,
+			"cannot parse `host=db password=xxxxx fox\\ ran\\ far sslmode=requre`: failed to configure TLS",
+			"cannot parse `host=db password=xxxxx xxxxx sslmode=requre`: failed to configure TLS"},
+		// An '@' and a '/' in the password: pgx reads a database name
+		// from what follows the '/'.
+		{"the password's end in a database name", "postgres://app:p@ss/w0rd@127.0.0.1:1/x",
+			"failed to connect to `user=app database=w0rd@127.0.0.1:1/x`", "failed to connect to `user=app database=xxxxx@127.0.0.1:1/x`"},
 		// Too short to hide outside a recognised form: hiding it would
 		// hide every 1 of the address.
 		{"a one-character password", "postgres://app:1@127.0.0.1:1/db",
