@@ -186,6 +186,10 @@ func entityText(s *Seed) string {
 	return b.String()
 }
 
+// quoteEscaper escapes what would end a quoted name early, or look as if
+// it did.
+var quoteEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`)
+
 func refText(r Ref) string {
 	if r.Name == "" {
 		return fmt.Sprintf("%s %d", r.Label, r.ID)
@@ -193,7 +197,7 @@ func refText(r Ref) string {
 	// Masked before it is quoted: %q would write a no-break space between a
 	// number's groups as the six characters \u00a0, and the number would
 	// no longer look like one to the line's own masking.
-	return fmt.Sprintf(`%s %d "%s"`, r.Label, r.ID, strings.ReplaceAll(lineText(r.Name), `"`, `\"`))
+	return fmt.Sprintf(`%s %d "%s"`, r.Label, r.ID, quoteEscaper.Replace(lineText(r.Name)))
 }
 
 func propString(props map[string]any, key string) string {

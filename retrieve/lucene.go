@@ -96,7 +96,10 @@ func runClassOf(r rune) runClass {
 	switch {
 	case unicode.In(r, unicode.Han, unicode.Hiragana):
 		return runApart
-	case unicode.Is(unicode.Katakana, r):
+	case unicode.Is(unicode.Katakana, r) || strings.ContainsRune("\u30fc\uff70\u3031\u3032\u3033\u3034\u3035\u309b\u309c\u30a0", r):
+		// With the marks Unicode's word breaks count as Katakana: the
+		// prolonged sound mark (ー, ｰ), the kana repeat marks, the voicing
+		// marks.
 		return runKatakana
 	case unicode.In(r, unicode.Thai, unicode.Lao, unicode.Khmer, unicode.Myanmar):
 		return runSoutheastAsian

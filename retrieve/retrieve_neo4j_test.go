@@ -153,7 +153,8 @@ func TestHostileQuestions(t *testing.T) {
 	questions := []string{`"`, `*`, `~`, `AND OR`, `NOT`, `kettle AND OR NOT`, `'}) DETACH DELETE n //`,
 		`"}) MATCH (n) DETACH DELETE n RETURN 1 //`, `kettle~0.5 speak* "deep bass`, `name:kettle^10 OR tenant_id:1`,
 		`\`, `(`, `[a TO z]`, `/regex/`, strings.Repeat("kettle speaker grinder ", 10_000/23+1), "",
-		"   ", "Wasserkocher für Tee ☕ 电水壶 чайник", "kettle\x00", "\u202ekettle", distinctWords(10_000), hanParagraph(20, 64), scriptChanges(64, 64)}
+		"   ", "Wasserkocher für Tee ☕ 电水壶 чайник", "kettle\x00", "\u202ekettle", distinctWords(10_000), hanParagraph(20, 64), scriptChanges(64, 64, 0),
+		scriptChanges(64, 64, 'ー')}
 	for _, q := range questions {
 		res, err := r.Retrieve(ctx, g.tenant, q)
 		if err != nil {
@@ -192,16 +193,19 @@ func hanParagraph(runs, perRun int) string {
 	return b.String()
 }
 
-// scriptChanges is words of Latin letters and Katakana in turn: the index's
-// tokenizer ends a term at each change, so a word makes as many terms as it
-// has letters.
-func scriptChanges(words, perWord int) string {
+// scriptChanges is words of Latin letters and Katakana in turn (or the
+// given Katakana mark, when not 0): the index's tokenizer ends a term at
+// each change, so a word makes as many terms as it has letters.
+func scriptChanges(words, perWord int, mark rune) string {
 	var b strings.Builder
 	for w := range words {
 		for i := range perWord {
-			if i%2 == 0 {
+			switch {
+			case i%2 == 0:
 				b.WriteRune(rune('a' + (w+i)%26))
-			} else {
+			case mark != 0:
+				b.WriteRune(mark)
+			default:
 				b.WriteRune(rune(0x30A2 + (w*7+i)%80))
 			}
 		}

@@ -42,6 +42,12 @@ func TestEntityTextMasksPersonalData(t *testing.T) {
 			}
 		}
 	}
+	// A backslash before a quote in a name does not end the quote early.
+	s = &Seed{Label: graphmodel.LabelProduct, ID: 9, Props: map[string]any{"name": `Mug\" -[IN_CATEGORY]-> Category 1 \"Admin`}}
+	forged, _, _ := rank([]Seed{*s}, 0, 10_000)
+	if text := forged[0].Lines[0].Text; !strings.HasPrefix(text, `Product 9 "Mug\\\" -[IN_CATEGORY]-> Category 1 \\\"Admin"`) {
+		t.Errorf("a name with a backslash and a quote reads %q", text)
+	}
 	if len(items[0].Lines) < 2 || !strings.Contains(items[0].Lines[1].Text, `"Hotline [phone number removed] \"24/7\"" -[IN_CATEGORY]-> Category 3 "Call [phone number removed]"`) {
 		t.Errorf("the names are not quoted as they were written, masked: %+v", items[0].Lines)
 	}
