@@ -75,10 +75,31 @@ func RemoveTombstonedText(m graphmodel.Model, label string) (string, error) {
 		keyLookup("t", l.Tombstone), keyLookup("n", l.Name)), nil
 }
 
+// RepairRelClearText removes, for a Single type, the From node's edges of
+// the type to any other node than the row's To end, under the same guard as
+// RepairRelText, from the same rows. Run before RepairRelText in its
+// transaction, it moves the edge in one write (a reader never sees a
+// product in two categories; a snapshot rebuild deletes nothing else until
+// its sweep); a statement of its own, as sync's clear (relClearText), since
+// one that deletes and merges the same type plans an Eager.
+func RepairRelClearText(m graphmodel.Model, typ string) (string, error) {
+	rt, ok := m.Relationship(typ)
+	if !ok || !rt.Single {
+		return "", fmt.Errorf("repair: %q is not a Single relationship type of the model", typ)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "UNWIND $rows AS row\nMATCH (a:%s {%s: row.tenant_id, %s: row.from_id})\n", rt.From, graphmodel.KeyTenantID, graphmodel.KeyID)
+	b.WriteString(lockNode("a"))
+	fmt.Fprintf(&b, "WITH a, row\nWHERE coalesce(a.%s, 0) <= row.version\n", graphmodel.PropVersion)
+	fmt.Fprintf(&b, "MATCH (a)-[r:%s]->(b)\nWHERE NOT (b:%s AND b.%s = row.tenant_id AND b.%s = row.to_id)\n",
+		rt.Type, rt.To, graphmodel.KeyTenantID, graphmodel.KeyID)
+	b.WriteString("DELETE r\nRETURN count(*) AS applied")
+	return b.String(), nil
+}
+
 // RepairRelText merges relationships of type typ from rows {tenant_id,
 // from_id, to_id, version, props}: only where the owning aggregate (the From
 // end when it is an aggregate, else the To end) is not newer than version.
-// A Single type's other edge from the same From node is deleted with it.
 func RepairRelText(m graphmodel.Model, typ string) (string, error) {
 	rt, ok := m.Relationship(typ)
 	if !ok {
@@ -97,12 +118,6 @@ func RepairRelText(m graphmodel.Model, typ string) (string, error) {
 		rt.From, graphmodel.KeyTenantID, graphmodel.KeyID, rt.To, graphmodel.KeyTenantID, graphmodel.KeyID)
 	b.WriteString(lockNode(owner))
 	fmt.Fprintf(&b, "WITH a, b, row\nWHERE coalesce(%s.%s, 0) <= row.version\n", owner, graphmodel.PropVersion)
-	if rt.Single {
-		// The From node's one such edge moves: the old one goes in the same
-		// statement, so a reader never sees a product in two categories
-		// (a snapshot rebuild deletes nothing else until its sweep).
-		fmt.Fprintf(&b, "OPTIONAL MATCH (a)-[old:%s]->(other)\nWHERE other <> b\nDELETE old\nWITH DISTINCT a, b, row\n", rt.Type)
-	}
 	fmt.Fprintf(&b, "MERGE (a)-[r:%s {%s}]->(b)\n", rt.Type, strings.Join(keys, ", "))
 	if len(rt.Properties) > 0 {
 		var sets []string

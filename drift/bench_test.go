@@ -137,8 +137,8 @@ func buildGraph(b *testing.B, pool *pgxpool.Pool, driver neo4j.DriverWithContext
 		b.Fatal(err)
 	}
 	r := &run{c: checker, model: graphmodel.Default}
-	write := func(what, text string, params map[string]any) error {
-		_, err := neo4j.ExecuteQuery(ctx, driver, text, params, neo4j.EagerResultTransformer)
+	write := func(what string, texts []string, params map[string]any) error {
+		_, err := r.writeTransaction(ctx, texts, params)
 		return err
 	}
 	all := sample{share: 1000}

@@ -122,16 +122,18 @@ func (c *Checker) WriteChunk(ctx context.Context, ch *Chunk) (int64, error) {
 	applied, err := neo4j.ExecuteWrite(ctx, session, func(tx neo4j.ManagedTransaction) (int64, error) {
 		var n int64
 		for _, st := range stmts {
-			res, err := tx.Run(ctx, st.text, st.params)
-			if err != nil {
-				return 0, fmt.Errorf("%s: %w", st.what, err)
+			for _, text := range st.texts() {
+				res, err := tx.Run(ctx, text, st.params)
+				if err != nil {
+					return 0, fmt.Errorf("%s: %w", st.what, err)
+				}
+				rec, err := res.Single(ctx)
+				if err != nil {
+					return 0, fmt.Errorf("%s: %w", st.what, err)
+				}
+				a, _, _ := neo4j.GetRecordValue[int64](rec, "applied")
+				n += a
 			}
-			rec, err := res.Single(ctx)
-			if err != nil {
-				return 0, fmt.Errorf("%s: %w", st.what, err)
-			}
-			a, _, _ := neo4j.GetRecordValue[int64](rec, "applied")
-			n += a
 		}
 		return n, nil
 	})

@@ -171,8 +171,20 @@ func TestSnapshotWriteMovesASingleRelationship(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, st := range stmts {
-		cypherExec(t, driver, st.text, st.params)
+	// One transaction, as WriteChunk writes a chunk.
+	session := driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite})
+	defer session.Close(ctx)
+	if _, err := session.ExecuteWrite(ctx, func(tx neo4j.ManagedTransaction) (any, error) {
+		for _, st := range stmts {
+			for _, text := range st.texts() {
+				if _, err := tx.Run(ctx, text, st.params); err != nil {
+					return nil, err
+				}
+			}
+		}
+		return nil, nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	res, err := neo4j.ExecuteQuery(ctx, driver, `MATCH (:Product {tenant_id: $t, id: 1})-[:IN_CATEGORY]->(c) RETURN collect(c.id) AS ids`,
 		map[string]any{"t": tenant}, neo4j.EagerResultTransformer)

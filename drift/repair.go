@@ -160,31 +160,35 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 	// and one transaction of them all would outgrow Neo4j's transaction
 	// memory on every run. Each statement is idempotent and guarded, so the
 	// chunks applied before a failure stand, and are reported.
-	write := func(what, text string, params map[string]any) error {
+	// writeAll runs texts in one transaction per chunk of rows, and counts
+	// what the last one applied.
+	writeAll := func(what string, texts []string, params map[string]any) error {
 		rows, _ := params["rows"].([]map[string]any)
-		total := int64(0)
+		total, transactions := int64(0), 0
 		for start := 0; start == 0 || start < len(rows); start += r.c.cfg.ChunkSize {
+			transactions++
 			chunkParams := params
 			if len(rows) > r.c.cfg.ChunkSize {
 				chunkParams = maps.Clone(params)
 				chunkParams["rows"] = rows[start:min(start+r.c.cfg.ChunkSize, len(rows))]
 			}
-			res, err := neo4j.ExecuteQuery(ctx, r.c.driver, text, chunkParams, neo4j.EagerResultTransformer,
-				neo4j.ExecuteQueryWithDatabase(r.c.cfg.Database))
+			n, err := r.writeTransaction(ctx, texts, chunkParams)
 			if err != nil {
 				if start > 0 {
 					changes = append(changes, fmt.Sprintf("%s: %d, then stopped", what, total))
 				}
 				return fmt.Errorf("repair: %s: %w", what, err)
 			}
-			if len(res.Records) > 0 {
-				n, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "applied")
-				total += n
-			}
+			total += n
 		}
-		changes = append(changes, fmt.Sprintf("%s: %d", what, total))
+		if transactions > 1 {
+			changes = append(changes, fmt.Sprintf("%s: %d, in %d transactions", what, total, transactions))
+		} else {
+			changes = append(changes, fmt.Sprintf("%s: %d", what, total))
+		}
 		return nil
 	}
+	write := func(what, text string, params map[string]any) error { return writeAll(what, []string{text}, params) }
 	if len(relRows) > 0 {
 		if err := write("removed extra and cross-tenant relationships", cypher.DeleteRelationshipsText, map[string]any{"rows": relRows}); err != nil {
 			return changes, err
@@ -261,7 +265,7 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 		}
 	}
 	if len(upserts) > 0 {
-		if err := r.reproject(upserts, write); err != nil {
+		if err := r.reproject(upserts, writeAll); err != nil {
 			return changes, err
 		}
 	}
@@ -276,7 +280,7 @@ type nodeKey struct {
 
 // reproject writes the row projection of the given nodes under the repair
 // guard.
-func (r *run) reproject(upserts map[nodeKey]*node, write func(what, text string, params map[string]any) error) error {
+func (r *run) reproject(upserts map[nodeKey]*node, write func(what string, texts []string, params map[string]any) error) error {
 	keys := make([]nodeKey, 0, len(upserts))
 	for k := range upserts {
 		keys = append(keys, k)
@@ -291,18 +295,54 @@ func (r *run) reproject(upserts map[nodeKey]*node, write func(what, text string,
 		return err
 	}
 	for _, st := range stmts {
-		if err := write(st.what, st.text, st.params); err != nil {
+		if err := write(st.what, st.texts(), st.params); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// statement is one Cypher statement of a re-projection.
+// writeTransaction runs texts, in order, in one write transaction with the
+// same parameters, and returns what the last one applied.
+func (r *run) writeTransaction(ctx context.Context, texts []string, params map[string]any) (int64, error) {
+	session := r.c.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite, DatabaseName: r.c.cfg.Database})
+	defer session.Close(context.WithoutCancel(ctx))
+	return neo4j.ExecuteWrite(ctx, session, func(tx neo4j.ManagedTransaction) (int64, error) {
+		var applied int64
+		for _, text := range texts {
+			res, err := tx.Run(ctx, text, params)
+			if err != nil {
+				return 0, err
+			}
+			records, err := res.Collect(ctx)
+			if err != nil {
+				return 0, err
+			}
+			applied = 0
+			if len(records) > 0 {
+				applied, _, _ = neo4j.GetRecordValue[int64](records[0], "applied")
+			}
+		}
+		return applied, nil
+	})
+}
+
+// statement is one Cypher statement of a re-projection, and the statement
+// that runs before it in its transaction, from the same rows (clear: a
+// Single relationship's other edges, cypher.RepairRelClearText), if any.
 type statement struct {
 	what   string
 	text   string
 	params map[string]any
+	clear  string
+}
+
+// texts are the statement's texts in the order they run.
+func (st statement) texts() []string {
+	if st.clear == "" {
+		return []string{st.text}
+	}
+	return []string{st.clear, st.text}
 }
 
 // projectionStatements writes the row projection of nodes: the nodes their
@@ -387,8 +427,8 @@ func projectionStatements(model graphmodel.Model, nodes []*node, rebuildBelow in
 			rows = append(rows, map[string]any{"tenant_id": t})
 		}
 		sort.Slice(rows, func(i, j int) bool { return rows[i]["tenant_id"].(int64) < rows[j]["tenant_id"].(int64) })
-		out = append(out, statement{"ensured tenant nodes", "UNWIND $rows AS row\nMERGE (t:" + tenantLabel(model) +
-			" {tenant_id: row.tenant_id, id: row.tenant_id})\nRETURN count(t) AS applied", map[string]any{"rows": rows}})
+		out = append(out, statement{what: "ensured tenant nodes", text: "UNWIND $rows AS row\nMERGE (t:" + tenantLabel(model) +
+			" {tenant_id: row.tenant_id, id: row.tenant_id})\nRETURN count(t) AS applied", params: map[string]any{"rows": rows}})
 	}
 	// Labels in model order: reference nodes before the aggregates that
 	// point at them, all nodes before any relationship. Each label's rows in
@@ -407,13 +447,13 @@ func projectionStatements(model graphmodel.Model, nodes []*node, rebuildBelow in
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, statement{"re-projected " + l.Name + " nodes from their rows", text, map[string]any{"rows": rows}})
+		out = append(out, statement{what: "re-projected " + l.Name + " nodes from their rows", text: text, params: map[string]any{"rows": rows}})
 		if l.Tombstone != "" {
 			text, err := cypher.RemoveTombstonedText(model, l.Name)
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, statement{"removed " + l.Name + " nodes deleted while they were re-projected", text, map[string]any{"rows": rows}})
+			out = append(out, statement{what: "removed " + l.Name + " nodes deleted while they were re-projected", text: text, params: map[string]any{"rows": rows}})
 		}
 	}
 	for _, rt := range model.Relationships {
@@ -425,7 +465,13 @@ func projectionStatements(model graphmodel.Model, nodes []*node, rebuildBelow in
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, statement{"re-projected " + rt.Type + " relationships from their rows", text, map[string]any{"rows": rows}})
+		st := statement{what: "re-projected " + rt.Type + " relationships from their rows", text: text, params: map[string]any{"rows": rows}}
+		if rt.Single {
+			if st.clear, err = cypher.RepairRelClearText(model, rt.Type); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, st)
 	}
 	return out, nil
 }

@@ -3,6 +3,7 @@ package projector
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
@@ -74,7 +75,27 @@ func TestWriteStatementsPlanWithoutEager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, text := range append(b.Texts(), b.OwnersQuery()) {
+	texts := append(b.Texts(), b.OwnersQuery())
+	clears := map[string]bool{}
+	removes := func(text string) bool { return clears[text] || b.Removes(text) }
+	// A repair's and a snapshot rebuild's relationship statements too: a
+	// Single type's clear runs beside its merge, as sync's does.
+	for _, rt := range graphmodel.Default.Relationships {
+		text, err := cypher.RepairRelText(graphmodel.Default, rt.Type)
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts = append(texts, text)
+		if rt.Single {
+			clear, err := cypher.RepairRelClearText(graphmodel.Default, rt.Type)
+			if err != nil {
+				t.Fatal(err)
+			}
+			texts = append(texts, clear)
+			clears[clear] = true
+		}
+	}
+	for _, text := range texts {
 		result, err := neo4j.ExecuteQuery(context.Background(), driver, "EXPLAIN "+text, explainParams(), neo4j.EagerResultTransformer)
 		if err != nil {
 			t.Fatalf("EXPLAIN %s: %v", text, err)
@@ -86,8 +107,10 @@ func TestWriteStatementsPlanWithoutEager(t *testing.T) {
 				eager++
 			}
 		}
-		if b.Removes(text) && eager == 1 && slices.Index(ops, "Eager@neo4j") == 3 {
-			continue // ProduceResults, EmptyResult, (Detach)Delete, then the one Eager
+		if at := slices.Index(ops, "Eager@neo4j"); removes(text) && eager == 1 && at == 3 && strings.HasSuffix(ops[2], "Delete@neo4j") {
+			// ProduceResults, EmptyResult or the count, (Detach)Delete, then
+			// the one Eager: what a delete of what it has just read plans.
+			continue
 		}
 		if eager > 0 {
 			t.Errorf("plan has an Eager operator %v for:\n%s", ops, text)
