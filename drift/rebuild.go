@@ -117,11 +117,15 @@ func (c *Checker) WriteChunk(ctx context.Context, ch *Chunk) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	session := c.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite, DatabaseName: c.cfg.Database})
+	session := c.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite, DatabaseName: c.cfg.Database,
+		BookmarkManager: c.driver.ExecuteQueryBookmarkManager()})
 	defer session.Close(context.WithoutCancel(ctx))
 	applied, err := neo4j.ExecuteWrite(ctx, session, func(tx neo4j.ManagedTransaction) (int64, error) {
 		var n int64
 		for _, st := range stmts {
+			// What the statement applied: its clear's deletions are part
+			// of the same move, not writes of their own.
+			var a int64
 			for _, text := range st.texts() {
 				res, err := tx.Run(ctx, text, st.params)
 				if err != nil {
@@ -131,9 +135,9 @@ func (c *Checker) WriteChunk(ctx context.Context, ch *Chunk) (int64, error) {
 				if err != nil {
 					return 0, fmt.Errorf("%s: %w", st.what, err)
 				}
-				a, _, _ := neo4j.GetRecordValue[int64](rec, "applied")
-				n += a
+				a, _, _ = neo4j.GetRecordValue[int64](rec, "applied")
 			}
+			n += a
 		}
 		return n, nil
 	})

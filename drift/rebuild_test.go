@@ -147,7 +147,8 @@ func TestSnapshotWatermarkKeepsNewerReferenceState(t *testing.T) {
 
 // A snapshot chunk that moves a product to another category removes the
 // old edge in the same write: a rebuild deletes nothing else until its
-// sweep, and meanwhile a reader saw the product in both categories.
+// sweep, and meanwhile a reader saw the product in both categories. A
+// product newer than its rows keeps its edge.
 func TestSnapshotWriteMovesASingleRelationship(t *testing.T) {
 	pool, driver := stack(t)
 	ctx := context.Background()
@@ -159,15 +160,21 @@ func TestSnapshotWriteMovesASingleRelationship(t *testing.T) {
 	// Neo4j restored from an old backup: the product at version 1 in A.
 	cypherExec(t, driver, `CREATE (p:Product {tenant_id: $t, id: 1, name: 'p', `+graphmodel.PropVersion+`: 1, `+graphmodel.PropOutboxID+`: 5})
 		-[:IN_CATEGORY {tenant_id: $t}]->(:Category {tenant_id: $t, id: 10, name: 'A', `+graphmodel.PropOutboxID+`: 0})`, map[string]any{"t": tenant})
-	// Its rows: version 2, in B.
-	product := &node{label: graphmodel.LabelProduct, id: 1, version: 2, required: true, mut: graphmodel.Mutations{
-		Nodes: []graphmodel.NodeUpsert{
-			{Label: graphmodel.LabelProduct, TenantID: tenant, ID: 1, Guard: graphmodel.Guard{Version: 2}, Props: map[string]any{"name": "p"}},
-			{Label: graphmodel.LabelCategory, TenantID: tenant, ID: 11, Props: map[string]any{"name": "B"}},
-		},
-		Rels: []graphmodel.RelUpsert{{Type: graphmodel.RelInCategory, TenantID: tenant, FromID: 1, ToID: 11}},
-	}}
-	stmts, err := projectionStatements(graphmodel.Default, []*node{product}, 1)
+	// And a product sync moved on since the read: version 5, in A.
+	cypherExec(t, driver, `MATCH (c:Category {tenant_id: $t, id: 10})
+		CREATE (:Product {tenant_id: $t, id: 2, name: 'q', `+graphmodel.PropVersion+`: 5, `+graphmodel.PropOutboxID+`: 9})-[:IN_CATEGORY {tenant_id: $t}]->(c)`,
+		map[string]any{"t": tenant})
+	// Their rows: version 2, in B.
+	inB := func(id int64) *node {
+		return &node{label: graphmodel.LabelProduct, id: id, version: 2, required: true, mut: graphmodel.Mutations{
+			Nodes: []graphmodel.NodeUpsert{
+				{Label: graphmodel.LabelProduct, TenantID: tenant, ID: id, Guard: graphmodel.Guard{Version: 2}, Props: map[string]any{"name": "p"}},
+				{Label: graphmodel.LabelCategory, TenantID: tenant, ID: 11, Props: map[string]any{"name": "B"}},
+			},
+			Rels: []graphmodel.RelUpsert{{Type: graphmodel.RelInCategory, TenantID: tenant, FromID: id, ToID: 11}},
+		}}
+	}
+	stmts, err := projectionStatements(graphmodel.Default, []*node{inB(1), inB(2)}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,12 +193,14 @@ func TestSnapshotWriteMovesASingleRelationship(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := neo4j.ExecuteQuery(ctx, driver, `MATCH (:Product {tenant_id: $t, id: 1})-[:IN_CATEGORY]->(c) RETURN collect(c.id) AS ids`,
-		map[string]any{"t": tenant}, neo4j.EagerResultTransformer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ids, _, _ := neo4j.GetRecordValue[[]any](res.Records[0], "ids"); len(ids) != 1 || ids[0] != int64(11) {
-		t.Errorf("the product's categories after the write: %v, want [11]", ids)
+	for id, want := range map[int64]int64{1: 11, 2: 10} {
+		res, err := neo4j.ExecuteQuery(ctx, driver, `MATCH (:Product {tenant_id: $t, id: $id})-[:IN_CATEGORY]->(c) RETURN collect(c.id) AS ids`,
+			map[string]any{"t": tenant, "id": id}, neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ids, _, _ := neo4j.GetRecordValue[[]any](res.Records[0], "ids"); len(ids) != 1 || ids[0] != want {
+			t.Errorf("product %d's categories after the write: %v, want [%d] (1 moved by its rows, 2 newer than them)", id, ids, want)
+		}
 	}
 }

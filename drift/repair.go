@@ -305,7 +305,10 @@ func (r *run) reproject(upserts map[nodeKey]*node, write func(what string, texts
 // writeTransaction runs texts, in order, in one write transaction with the
 // same parameters, and returns what the last one applied.
 func (r *run) writeTransaction(ctx context.Context, texts []string, params map[string]any) (int64, error) {
-	session := r.c.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite, DatabaseName: r.c.cfg.Database})
+	// The driver's bookmarks, as ExecuteQuery keeps them: drift's later reads
+	// (ExecuteQuery, on a cluster perhaps a follower) see these writes.
+	session := r.c.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite, DatabaseName: r.c.cfg.Database,
+		BookmarkManager: r.c.driver.ExecuteQueryBookmarkManager()})
 	defer session.Close(context.WithoutCancel(ctx))
 	return neo4j.ExecuteWrite(ctx, session, func(tx neo4j.ManagedTransaction) (int64, error) {
 		var applied int64

@@ -66,9 +66,10 @@ type nationalShape struct {
 	inContext bool
 }
 
-// phoneContext is a word that announces a phone number, and what may stand
-// between it and the number (no digit), at the end of the text before it.
-var phoneContext = regexp.MustCompile(`(?i)(\b(tel|phone|fon|fax|mobil|handy|natel|hotline|ruf|call|appel|anruf|kontakt|contact|whatsapp)|☎|📞)[^\d]{0,12}$`)
+// phoneContext is a word that announces a phone number (a whole word: not
+// "Mobiliar" or "Kontaktlinsen"), then up to 24 characters on the same line
+// before the number: opening hours, "24/7", the number before it in a list.
+var phoneContext = regexp.MustCompile(`(?i)(\b(tel|tél|telefon|telefonnummer|telephone|téléphone|phone|fon|fax|mobil|mobile|handy|handynummer|natel|hotline|ruf|rufnummer|call|appel|anruf|kontakt|contact|whatsapp)\b|☎|📞).{0,24}$`)
 
 // nationalShapes, in the order they claim text:
 //   - 00, a country code and a number ("0049 30 1234567", "0044 20 7946
@@ -159,16 +160,16 @@ func nationalNumbers(text string) [][]int {
 			if shape.groups > 0 && inList(text, gs, shape.groups, sepKindOf(text[span[0]:span[1]])) {
 				continue
 			}
-			if shape.yearGuard && len(gs) > 1 && gs[1].width() == 4 &&
+			announced := phoneContext.MatchString(text[max(0, span[0]-64):span[0]])
+			if shape.yearGuard && !announced && len(gs) > 1 && gs[1].width() == 4 &&
 				(strings.HasPrefix(text[gs[1].start:], "19") || strings.HasPrefix(text[gs[1].start:], "20")) {
 				continue
 			}
-			if shape.inContext && !phoneContext.MatchString(text[max(0, span[0]-32):span[0]]) {
+			if shape.inContext && !announced {
 				continue
 			}
-			if strings.Contains(text[span[0]:span[1]], "/") &&
-				(span[0] > 0 && text[span[0]-1] == '/' || span[1] < len(text) && text[span[1]] == '/') {
-				continue // a path or a link, not a number
+			if strings.Contains(text[span[0]:span[1]], "/") && inLink(text, span) {
+				continue
 			}
 			if !overlaps(spans, span) {
 				spans = append(spans, span)
@@ -177,6 +178,20 @@ func nationalNumbers(text string) [][]int {
 	}
 	slices.SortFunc(spans, func(a, b []int) int { return a[0] - b[0] })
 	return spans
+}
+
+// inLink reports whether span stands in a link or a path: the run of text
+// without spaces around it holds "://", or starts with "/" or "www.", or a
+// slash touches the span.
+func inLink(text string, span []int) bool {
+	from := strings.LastIndexFunc(text[:span[0]], unicode.IsSpace) + 1
+	to := len(text)
+	if k := strings.IndexFunc(text[span[1]:], unicode.IsSpace); k >= 0 {
+		to = span[1] + k
+	}
+	token := text[from:to]
+	return strings.Contains(token, "://") || strings.HasPrefix(token, "/") || strings.HasPrefix(strings.ToLower(token), "www.") ||
+		span[0] > 0 && text[span[0]-1] == '/' || span[1] < len(text) && text[span[1]] == '/'
 }
 
 // trimGroups drops the groups from the first that starts another 00 number,

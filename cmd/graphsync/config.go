@@ -231,7 +231,9 @@ func (c *connFlags) openPostgres(ctx context.Context, maxConns int32) (*pgxpool.
 		names = append(names, fallback.Host)
 	}
 	for _, name := range names {
-		if strings.Contains(name, "@") {
+		// As written in the URL: a percent-encoded '@' (my%40db) is the
+		// user's own.
+		if strings.Contains(name, "@") && strings.Contains(c.pgURL, name) {
 			return nil, usageError{fmt.Sprintf("PostgreSQL URL %s: its user name or password holds an '@' that is not percent-encoded; write it as %%40", redact.URL(c.pgURL))}
 		}
 	}

@@ -46,6 +46,12 @@ func TestConnectionErrorsHideThePassword(t *testing.T) {
 			t.Errorf("%v: the refusal does not say how to write the '@':\n%s", args, stderr)
 		}
 	}
+	// A database name whose '@' is percent-encoded is the user's own: it is
+	// tried, not refused.
+	_, stderr := runCapturingStderr(t, []string{"drift", "--neo4j-uri", "bolt://127.0.0.1:1", "--pg-url", "postgres://app:s3cret@127.0.0.1:1/my%40db?connect_timeout=2"})
+	if strings.Contains(stderr, "not percent-encoded") || !strings.Contains(stderr, "127.0.0.1:1") {
+		t.Errorf("an encoded '@' in the database name: %s", stderr)
+	}
 }
 
 func TestFlagsFromEnvironment(t *testing.T) {

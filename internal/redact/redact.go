@@ -48,16 +48,14 @@ func TextWith(s string, connStrings ...string) string {
 			literals = append(literals, strings.FieldsFunc(pw, func(r rune) bool {
 				return r == '\\' || r == '\'' || r == '"' || r == '@' || r == '/' || r < 0x80 && isSpace(byte(r))
 			})...)
-			// What follows each escaped space, as written: pgx hides a
-			// key/value password up to the first one only, and the words
+			// What follows each space, as written (with and without a
+			// closing quote): pgx hides a key/value password up to its
+			// first space only, escaped or inside quotes, and the words
 			// after it may each be too short to hide on their own.
-			for i := strings.Index(pw, `\ `); i >= 0; {
-				literals = append(literals, pw[i+2:])
-				next := strings.Index(pw[i+2:], `\ `)
-				if next < 0 {
-					break
+			for k := range len(pw) {
+				if pw[k] == ' ' {
+					literals = append(literals, pw[k+1:], strings.TrimRight(pw[k+1:], `'"`))
 				}
-				i += 2 + next
 			}
 		}
 	}
@@ -166,7 +164,8 @@ func portFollows(s string) bool {
 	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
 		i++
 	}
-	return i > 0 && (i == len(s) || strings.IndexByte("/?,", s[i]) >= 0 || isSpace(s[i]))
+	// Digits that run into the '@' are the password ("app@server:123456@").
+	return i > 0 && i < len(s) && (strings.IndexByte("/?,", s[i]) >= 0 || isSpace(s[i]))
 }
 
 // isScheme reports whether s ends with a URL scheme: a letter, then letters,

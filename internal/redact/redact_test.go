@@ -38,6 +38,7 @@ func TestText(t *testing.T) {
 		{"JSON", `{"user":"app","password":"s3cret"}`, `{"user":"app","password":xxxxx}`},
 		{"unescaped @ in the user name", "postgres://graphsync@myserver:S3cret@h.example.com:5432/db", "postgres://graphsync@myserver:xxxxx@h.example.com:5432/db"},
 		{"unescaped @ in the user name, a space in the password", "postgres://app@server:my s3cret@127.0.0.1:1/x", "postgres://app@server:xxxxx@127.0.0.1:1/x"},
+		{"unescaped @ in the user name, a password of digits", "postgres://app@server:123456@db.example.com:5432/x", "postgres://app@server:xxxxx@db.example.com:5432/x"},
 		// Left as they are.
 		{"user@server without a password, then an @ in the text", "postgres://app@db:5432/x: lookup a b@host", "postgres://app@db:5432/x: lookup a b@host"},
 		{"URL without a password", "postgres://app@db/x", "postgres://app@db/x"},
@@ -83,6 +84,11 @@ func TestTextWith(t *testing.T) {
 		// A passphrase of short words: pgx echoes all but the first.
 		{"short words after escaped spaces", `host=db password=red\ fox\ ran\ far sslmode=requre`,
 			"cannot parse `host=db password=xxxxx fox\\ ran\\ far sslmode=requre`: failed to configure TLS",
+			"cannot parse `host=db password=xxxxx xxxxx sslmode=requre`: failed to configure TLS"},
+		// A quoted password with an escaped quote: pgx echoes what
+		// follows its first space.
+		{"a quoted password's tail", `host=db password='ab\'cd ef gh' sslmode=requre`,
+			"cannot parse `host=db password=xxxxx ef gh' sslmode=requre`: failed to configure TLS",
 			"cannot parse `host=db password=xxxxx xxxxx sslmode=requre`: failed to configure TLS"},
 		// An '@' and a '/' in the password: pgx reads a database name
 		// from what follows the '/'.
