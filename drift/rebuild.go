@@ -125,17 +125,9 @@ func (c *Checker) WriteChunk(ctx context.Context, ch *Chunk) (int64, error) {
 		for _, st := range stmts {
 			// What the statement applied: its clear's deletions are part
 			// of the same move, not writes of their own.
-			var a int64
-			for _, text := range st.texts() {
-				res, err := tx.Run(ctx, text, st.params)
-				if err != nil {
-					return 0, fmt.Errorf("%s: %w", st.what, err)
-				}
-				rec, err := res.Single(ctx)
-				if err != nil {
-					return 0, fmt.Errorf("%s: %w", st.what, err)
-				}
-				a, _, _ = neo4j.GetRecordValue[int64](rec, "applied")
+			a, err := runTexts(ctx, tx, st.texts(), st.params)
+			if err != nil {
+				return 0, fmt.Errorf("%s: %w", st.what, err)
 			}
 			n += a
 		}

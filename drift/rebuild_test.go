@@ -183,10 +183,8 @@ func TestSnapshotWriteMovesASingleRelationship(t *testing.T) {
 	defer session.Close(ctx)
 	if _, err := session.ExecuteWrite(ctx, func(tx neo4j.ManagedTransaction) (any, error) {
 		for _, st := range stmts {
-			for _, text := range st.texts() {
-				if _, err := tx.Run(ctx, text, st.params); err != nil {
-					return nil, err
-				}
+			if _, err := runTexts(ctx, tx, st.texts(), st.params); err != nil {
+				return nil, err
 			}
 		}
 		return nil, nil

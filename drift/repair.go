@@ -155,13 +155,13 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 		}
 	}
 	var changes []string
-	// write runs one statement, its rows a chunk per transaction: a graph
-	// that lost most of a tenant has a finding per row (up to MaxSuspects),
-	// and one transaction of them all would outgrow Neo4j's transaction
-	// memory on every run. Each statement is idempotent and guarded, so the
-	// chunks applied before a failure stand, and are reported.
-	// writeAll runs texts in one transaction per chunk of rows, and counts
-	// what the last one applied.
+	// writeAll runs texts (a statement, or a clear and its merge) in one
+	// transaction per chunk of rows, and counts what the last one applied: a
+	// graph that lost most of a tenant has a finding per row (up to
+	// MaxSuspects), and one transaction of them all would outgrow Neo4j's
+	// transaction memory on every run. Each statement is idempotent and
+	// guarded, so the chunks applied before a failure stand, and are
+	// reported. write is writeAll of one statement.
 	writeAll := func(what string, texts []string, params map[string]any) error {
 		rows, _ := params["rows"].([]map[string]any)
 		total, transactions := int64(0), 0
@@ -311,23 +311,26 @@ func (r *run) writeTransaction(ctx context.Context, texts []string, params map[s
 		BookmarkManager: r.c.driver.ExecuteQueryBookmarkManager()})
 	defer session.Close(context.WithoutCancel(ctx))
 	return neo4j.ExecuteWrite(ctx, session, func(tx neo4j.ManagedTransaction) (int64, error) {
-		var applied int64
-		for _, text := range texts {
-			res, err := tx.Run(ctx, text, params)
-			if err != nil {
-				return 0, err
-			}
-			records, err := res.Collect(ctx)
-			if err != nil {
-				return 0, err
-			}
-			applied = 0
-			if len(records) > 0 {
-				applied, _, _ = neo4j.GetRecordValue[int64](records[0], "applied")
-			}
-		}
-		return applied, nil
+		return runTexts(ctx, tx, texts, params)
 	})
+}
+
+// runTexts runs texts, in order, in tx with the same parameters, and
+// returns the count the last one reports as applied.
+func runTexts(ctx context.Context, tx neo4j.ManagedTransaction, texts []string, params map[string]any) (int64, error) {
+	var applied int64
+	for _, text := range texts {
+		res, err := tx.Run(ctx, text, params)
+		if err != nil {
+			return 0, err
+		}
+		rec, err := res.Single(ctx)
+		if err != nil {
+			return 0, err
+		}
+		applied, _, _ = neo4j.GetRecordValue[int64](rec, "applied")
+	}
+	return applied, nil
 }
 
 // statement is one Cypher statement of a re-projection, and the statement

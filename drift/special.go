@@ -23,21 +23,13 @@ func (r *run) query(ctx context.Context, text string, params map[string]any) ([]
 // checkTombstonesAndTenant checks a tenant's Tenant node and its tombstones:
 // a tombstone must have no product row of its id.
 func (r *run) checkTombstonesAndTenant(ctx context.Context, tx pgx.Tx, tenant int64, anyRows bool, pending pendingIndex) error {
-	tenantNode, err := r.tenantNodeExists(ctx, tenant)
+	tenantNode, props, err := r.tenantNode(ctx, tenant)
 	if err != nil {
 		return err
 	}
 	if tenantNode {
-		recs, err := r.query(ctx, "MATCH (t:"+tenantLabel(r.model)+" {tenant_id: $tenant, id: $tenant}) RETURN properties(t) AS props",
-			map[string]any{"tenant": tenant})
-		if err != nil {
-			return fmt.Errorf("read the tenant node of tenant %d: %w", tenant, err)
-		}
 		label, _ := r.model.Label(tenantLabel(r.model))
-		for _, rec := range recs {
-			props, _, _ := neo4j.GetRecordValue[map[string]any](rec, "props")
-			r.checkProperties(tenant, label, tenant, props)
-		}
+		r.checkProperties(tenant, label, tenant, props)
 	}
 	if anyRows && !tenantNode {
 		r.suspects = append(r.suspects, suspect{tenant, tenantLabel(r.model), tenant})
@@ -95,20 +87,24 @@ func (r *run) checkProperties(tenant int64, label graphmodel.Label, id int64, pr
 	})
 }
 
-func (r *run) tenantNodeExists(ctx context.Context, tenant int64) (bool, error) {
-	recs, err := r.query(ctx, "MATCH (t:"+tenantLabel(r.model)+" {tenant_id: $tenant, id: $tenant}) RETURN count(t) AS n",
+// tenantNode reads whether the tenant's node exists, and its properties.
+func (r *run) tenantNode(ctx context.Context, tenant int64) (bool, map[string]any, error) {
+	recs, err := r.query(ctx, "MATCH (t:"+tenantLabel(r.model)+" {tenant_id: $tenant, id: $tenant}) RETURN properties(t) AS props",
 		map[string]any{"tenant": tenant})
 	if err != nil {
-		return false, fmt.Errorf("read the tenant node of tenant %d: %w", tenant, err)
+		return false, nil, fmt.Errorf("read the tenant node of tenant %d: %w", tenant, err)
 	}
-	n, _, _ := neo4j.GetRecordValue[int64](recs[0], "n")
-	return n > 0, nil
+	if len(recs) == 0 {
+		return false, nil, nil
+	}
+	props, _, _ := neo4j.GetRecordValue[map[string]any](recs[0], "props")
+	return true, props, nil
 }
 
 // recheckSpecial is the second look at a Tenant node or a tombstone.
 func (r *run) recheckSpecial(ctx context.Context, s suspect) ([]Finding, error) {
 	if s.label == tenantLabel(r.model) {
-		exists, err := r.tenantNodeExists(ctx, s.tenant)
+		exists, _, err := r.tenantNode(ctx, s.tenant)
 		if err != nil || exists {
 			return nil, err
 		}
