@@ -160,12 +160,14 @@ func nationalNumbers(text string) [][]int {
 			if shape.groups > 0 && inList(text, gs, shape.groups, sepKindOf(text[span[0]:span[1]])) {
 				continue
 			}
-			announced := phoneContext.MatchString(text[max(0, span[0]-64):span[0]])
-			if shape.yearGuard && !announced && len(gs) > 1 && gs[1].width() == 4 &&
-				(strings.HasPrefix(text[gs[1].start:], "19") || strings.HasPrefix(text[gs[1].start:], "20")) {
+			// Read only for the shapes whose rule asks for it: masking runs
+			// over every free text an event carries.
+			announced := func() bool { return phoneContext.MatchString(text[max(0, span[0]-64):span[0]]) }
+			if shape.yearGuard && len(gs) > 1 && gs[1].width() == 4 &&
+				(strings.HasPrefix(text[gs[1].start:], "19") || strings.HasPrefix(text[gs[1].start:], "20")) && !announced() {
 				continue
 			}
-			if shape.inContext && !announced {
+			if shape.inContext && !announced() {
 				continue
 			}
 			if strings.Contains(text[span[0]:span[1]], "/") && inLink(text, span) {
