@@ -133,6 +133,7 @@ func (p *Projector) apply(ctx context.Context, items []*item, ahead *lookAhead) 
 	}
 	params := ownersParams(model, items, reread)
 	ownersQuery := p.builder.OwnersQuery()
+	p.checkPlansWhenDue()
 
 	session := p.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite, DatabaseName: p.cfg.Database, FetchSize: neo4j.FetchAll})
 	defer closeSession(ctx, session)
@@ -203,7 +204,7 @@ func closeSession(ctx context.Context, session neo4j.SessionWithContext) {
 
 // readOwners runs the builder's OwnersQuery: who holds each id.
 func readOwners(ctx context.Context, tx neo4j.ManagedTransaction, query string, params map[string]any) (owners, error) {
-	result, err := tx.Run(ctx, query, cypher.OwnersParams(params))
+	result, err := tx.Run(ctx, withCachedPlan(query), cypher.OwnersParams(params))
 	if err != nil {
 		return nil, fmt.Errorf("look up id owners: %w", err)
 	}
@@ -238,7 +239,7 @@ func readOwners(ctx context.Context, tx neo4j.ManagedTransaction, query string, 
 // runBatch runs a batch's statements in one round trip (cypher.Batch) and
 // checks what each counted statement reports.
 func runBatch(ctx context.Context, tx neo4j.ManagedTransaction, batch cypher.Batch) error {
-	result, err := tx.Run(ctx, batch.Text, batch.Params)
+	result, err := tx.Run(ctx, withCachedPlan(batch.Text), batch.Params)
 	if err != nil {
 		return err
 	}
