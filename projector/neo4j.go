@@ -139,7 +139,7 @@ func (p *Projector) apply(ctx context.Context, items []*item, ahead *lookAhead) 
 	defer closeSession(ctx, session)
 	var rejected map[int64]error
 	_, err := session.ExecuteWrite(ctx, func(tx neo4j.ManagedTransaction) (any, error) {
-		graph, err := readOwners(ctx, tx, ownersQuery, params)
+		graph, err := readOwners(ctx, tx, withCachedPlan(ownersQuery), params)
 		if err != nil {
 			return nil, notRetriedIfTooLarge(err)
 		}
@@ -204,7 +204,7 @@ func closeSession(ctx context.Context, session neo4j.SessionWithContext) {
 
 // readOwners runs the builder's OwnersQuery: who holds each id.
 func readOwners(ctx context.Context, tx neo4j.ManagedTransaction, query string, params map[string]any) (owners, error) {
-	result, err := tx.Run(ctx, withCachedPlan(query), cypher.OwnersParams(params))
+	result, err := tx.Run(ctx, query, cypher.OwnersParams(params))
 	if err != nil {
 		return nil, fmt.Errorf("look up id owners: %w", err)
 	}

@@ -2,59 +2,96 @@ package projector
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 	"go.uber.org/zap"
 
 	"graphsync/cypher"
+	"graphsync/relay"
 )
 
 // Neo4j plans a query again when it finds the statistics its cached plan was
 // made on out of date (a label's count or an index's selectivity moved by
-// more than 75 %, at most every 10 s: "Discarded stale query from the query
-// cache" in debug.log). It does that when the query next runs, inside the
-// transaction that runs it. The projector's batch query holds every
-// statement (cypher.Batch), and planning it takes about a second on the
-// 2-core machine: each such replan stalled the stream's batches for that
+// more than 75 %, at most every 10 s per plan: "Discarded stale query from
+// the query cache" in debug.log). It does that when the query next runs,
+// inside the transaction that runs it. The projector's batch query holds
+// every statement (cypher.Batch), and planning it takes about a second on
+// the 2-core machine: each such replan stalled the stream's batches for that
 // second (docs/adr/0013, addendum of stop 35).
 //
-// So the batches use the cached plan as it is (replan=skip; Neo4j still
-// plans a query it has no plan for), and the replans happen beside them:
-// at most every planCheckEvery, a batch starts a check that runs the same
-// two queries, without the option and on empty lists, in a transaction of
-// its own that is rolled back. Where Neo4j finds a plan stale, it plans it
-// in that check and caches the new plan under the same query text, which
-// the batches then use (Neo4j's cache key leaves the replan option out:
-// TestBatchesUseThePlansTheCheckMakes).
+// So a batch's write transaction uses the cached plans as they are
+// (replan=skip; Neo4j still plans a query it has no plan for), and the
+// replans happen beside it: at most every planCheckEvery, a batch starts a
+// check that runs the same two queries, without the option and on empty
+// lists, in a transaction of its own that is rolled back. Where Neo4j finds
+// a plan stale, it plans it in that check and caches the new plan under the
+// same key, which the batches then use: the replan option is not part of
+// Neo4j's cache key, nor are the lists inside the map parameters
+// (TestBatchesUseThePlansTheCheckMakes). The look-ahead's owner lookup runs
+// in a read session, which a cluster may route to a server the check (a
+// write) never reaches, so it asks for no cached plan: it overlaps the
+// previous batch's write, and a replan there holds no batch.
 const (
-	// cachedPlan is the option the batches' queries carry.
+	// cachedPlan is the option the batch's write transaction sends its
+	// queries with.
 	cachedPlan = "CYPHER replan=skip "
-	// planCheckEvery is Neo4j's own default for the shortest time between
-	// two plans of one query (dbms.cypher.min_replan_interval).
-	planCheckEvery = 10 * time.Second
+	// planCheckEvery is how often a check may start. A check that finds
+	// nothing stale runs two cached queries on empty lists (a few ms), and
+	// Neo4j tests a plan at most every 10 s (dbms.cypher.min_replan_interval),
+	// so checks more often than that let Neo4j's own interval decide.
+	planCheckEvery = 5 * time.Second
 	// planCheckTimeout bounds a check (a replan takes about a second).
-	planCheckTimeout = time.Minute
+	planCheckTimeout = 15 * time.Second
+	// planCheckWarnAfter is how many checks in a row may fail before a
+	// warning says that plans are not being refreshed.
+	planCheckWarnAfter = 3
 )
 
-// withCachedPlan is query as the batches send it.
+// withCachedPlan is query as a batch's write transaction sends it.
 func withCachedPlan(query string) string { return cachedPlan + query }
+
+// planChecks is the projector's state of the checks.
+type planChecks struct {
+	// since is when the projector was made; last is when the last check
+	// started, as time since then (monotonic).
+	since time.Time
+	last  atomic.Int64
+	// running is set while a check runs: one at a time.
+	running atomic.Bool
+	// failures counts the checks in a row that failed.
+	failures atomic.Int64
+	// run is checkPlans, or a fake in a test; done tracks the goroutines.
+	run  func(ctx context.Context) error
+	done sync.WaitGroup
+}
 
 // checkPlansWhenDue starts a check of the plans (checkPlans) beside the
 // caller, when planCheckEvery has passed since the last one started and no
 // other check runs.
 func (p *Projector) checkPlansWhenDue() {
-	now := time.Now().UnixNano()
-	last := p.planChecked.Load()
-	if now-last < int64(planCheckEvery) || !p.planChecked.CompareAndSwap(last, now) {
+	c := &p.plans
+	now := int64(time.Since(c.since))
+	if now-c.last.Load() < int64(planCheckEvery) || !c.running.CompareAndSwap(false, true) {
 		return
 	}
+	c.last.Store(now)
+	c.done.Add(1)
 	go func() {
+		defer c.done.Done()
+		defer c.running.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), planCheckTimeout)
 		defer cancel()
-		if err := p.checkPlans(ctx); err != nil {
-			p.log.Debug("Neo4j's plans were not checked; the next batch after the interval tries again", zap.Error(err))
+		if err := c.run(ctx); err != nil {
+			if c.failures.Add(1) == planCheckWarnAfter {
+				p.log.Warn("Neo4j's plans could not be checked for staleness, several times in a row; batches keep the plans they have until a check succeeds",
+					zap.String("error", relay.RedactText(err.Error())))
+			}
+			return
 		}
+		c.failures.Store(0)
 	}()
 }
 

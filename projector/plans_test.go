@@ -2,11 +2,15 @@ package projector
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+	"go.uber.org/zap/zaptest"
 
 	"graphsync/events"
 )
@@ -41,6 +45,8 @@ func TestBatchesUseCachedPlansAndACheckReplansBesideThem(t *testing.T) {
 	t.Cleanup(func() { run(`CALL db.stats.stop('QUERIES')`) })
 
 	owners, batch := p.builder.OwnersQuery(), p.builder.BatchText()
+	// The look-ahead reads in a session of its own, outside the write
+	// transaction: it asks for no cached plan (plans.go).
 	i := newIDs(t, driver)
 	// Checked just now (New): the batch starts no check.
 	deliverAll(t, p, i.message(t, events.ProductCreated{ProductState: product(i.id(1), 1, "Mug", 0, "", 1, "active")}))
@@ -56,7 +62,7 @@ func TestBatchesUseCachedPlansAndACheckReplansBesideThem(t *testing.T) {
 
 	// The interval has passed: the next batch starts the check, which
 	// runs both queries as Neo4j plans them by default.
-	p.planChecked.Store(time.Now().Add(-planCheckEvery).UnixNano())
+	p.plans.last.Store(int64(time.Since(p.plans.since) - planCheckEvery))
 	deliverAll(t, p, i.message(t, events.ProductCreated{ProductState: product(i.id(2), 1, "Cup", 0, "", 1, "active")}))
 	waitFor(t, 30*time.Second, "a check of the plans running both queries without "+strings.TrimSpace(cachedPlan), func() bool {
 		texts = ran()
@@ -64,5 +70,104 @@ func TestBatchesUseCachedPlansAndACheckReplansBesideThem(t *testing.T) {
 	})
 	if got := dump(t, driver, i.tenant); len(got.Nodes) != 3 { // the tenant and the two products
 		t.Fatalf("the batches wrote %v", got.Nodes)
+	}
+}
+
+// The check refreshes the plans the batches use only if Neo4j caches a
+// query's plan under the same key with and without replan=skip. Neo4j
+// records, per query text it ran, the plan it ran it with and that plan's
+// row estimates (db.stats, QUERIES): a query planned on an empty label
+// estimates no more than a few rows for it; after 1,000 nodes of the label
+// are written, the same query with replan=skip must still run that plan
+// (the same key, and skip keeps it), while replan=force (the control) plans
+// it again on 1,000 nodes. The label is new, so no earlier plan exists.
+func TestBatchesUseThePlansTheCheckMakes(t *testing.T) {
+	_, driver := liveProjector(t)
+	i := newIDs(t, driver)
+	ctx := context.Background()
+	run := func(query string, params map[string]any) []*neo4j.Record {
+		t.Helper()
+		res, err := neo4j.ExecuteQuery(ctx, driver, query, params, neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
+		return res.Records
+	}
+	run(`CALL db.stats.stop('QUERIES')`, nil)
+	run(`CALL db.stats.clear('QUERIES')`, nil)
+	run(`CALL db.stats.collect('QUERIES', {durationSeconds: 300})`, nil)
+	t.Cleanup(func() { run(`CALL db.stats.stop('QUERIES')`, nil) })
+
+	label := fmt.Sprintf("PlanCacheProbe%d", i.tenant)
+	query := "MATCH (n:" + label + ") RETURN n.id AS id"
+	run(query, nil)
+	run("UNWIND range(1, 1000) AS i CREATE (:"+label+" {tenant_id: $t, id: i})", map[string]any{"t": i.tenant})
+	run(cachedPlan+query, nil)
+	run("CYPHER replan=force "+query, nil)
+
+	estimates := map[string]float64{}
+	for _, record := range run(`CALL db.stats.retrieve('QUERIES') YIELD data
+		RETURN data.query AS query, data.estimatedRows AS rows`, nil) {
+		text, _, _ := neo4j.GetRecordValue[string](record, "query")
+		rows, _, _ := neo4j.GetRecordValue[[]any](record, "rows")
+		for _, r := range rows {
+			if f, ok := r.(float64); ok && f > estimates[text] {
+				estimates[text] = f
+			}
+		}
+	}
+	plain, skip, force := estimates[query], estimates[cachedPlan+query], estimates["CYPHER replan=force "+query]
+	t.Logf("largest row estimate of the plan: %g planned on the empty label, %g with replan=skip after 1,000 nodes, %g with replan=force", plain, skip, force)
+	if force < 1000 || plain >= force {
+		t.Fatalf("the control did not work: the plan made on the empty label estimates %g rows, the forced plan %g", plain, force)
+	}
+	if skip != plain {
+		t.Fatalf("with replan=skip the query ran a plan estimating %g rows, not the cached plan (%g): Neo4j keys the option, so a check would refresh plans the batches never use", skip, plain)
+	}
+}
+
+// One check at a time, at most every planCheckEvery: many batches at once
+// start one check, a batch while it runs or within the interval none.
+func TestOnePlanCheckAtATime(t *testing.T) {
+	p, err := New(nil, Config{}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var started atomic.Int64
+	release := make(chan struct{})
+	p.plans.run = func(context.Context) error {
+		started.Add(1)
+		<-release
+		return nil
+	}
+	due := func() { p.plans.last.Store(int64(time.Since(p.plans.since) - planCheckEvery)) }
+
+	p.checkPlansWhenDue()
+	if n := started.Load(); n != 0 {
+		t.Fatalf("a batch right after New started %d checks", n)
+	}
+	due()
+	var batches sync.WaitGroup
+	for range 50 {
+		batches.Go(p.checkPlansWhenDue)
+	}
+	batches.Wait()
+	waitFor(t, 10*time.Second, "the check to start", func() bool { return started.Load() >= 1 })
+	due() // the interval passed while the check runs: still one at a time
+	p.checkPlansWhenDue()
+	close(release)
+	p.plans.done.Wait()
+	if n := started.Load(); n != 1 {
+		t.Fatalf("%d checks started, want 1", n)
+	}
+	p.checkPlansWhenDue() // due, and none runs
+	p.plans.done.Wait()
+	if n := started.Load(); n != 2 {
+		t.Fatalf("a batch after the interval, no check running, started none: %d checks", n)
+	}
+	p.checkPlansWhenDue() // within the interval of the one that just ran
+	p.plans.done.Wait()
+	if n := started.Load(); n != 2 {
+		t.Fatalf("a batch within planCheckEvery of the last check started one: %d checks", n)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"sync/atomic"
 	"time"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
@@ -29,9 +28,8 @@ type Projector struct {
 	// applyBatch applies items in one transaction (with the owner lookup
 	// read ahead, when not nil): apply, or a fake in the bisection test.
 	applyBatch func(ctx context.Context, items []*item, ahead *lookAhead) (map[int64]error, error)
-	// planChecked is when the last check of Neo4j's plans started, in Unix
-	// nanoseconds (see plans.go).
-	planChecked atomic.Int64
+	// plans is the state of the checks of Neo4j's plans (plans.go).
+	plans planChecks
 }
 
 var _ relay.Sink = (*Projector)(nil)
@@ -55,7 +53,7 @@ func New(driver neo4j.DriverWithContext, cfg Config, logger *zap.Logger) (*Proje
 	}
 	p := &Projector{driver: driver, cfg: cfg, builder: builder, log: logger, metrics: newMetrics(cfg.MetricsNamespace)}
 	p.applyBatch = p.apply
-	p.planChecked.Store(time.Now().UnixNano())
+	p.plans.since, p.plans.run = time.Now(), p.checkPlans
 	return p, nil
 }
 
