@@ -35,7 +35,7 @@ func liveProjector(t testing.TB) (*Projector, neo4j.DriverWithContext) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.plans.done.Wait) // no check of this test's runs beside the next test
+	t.Cleanup(p.Close) // no check of this test's runs beside the next test
 	return p, driver
 }
 

@@ -2,6 +2,7 @@ package projector
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,8 +33,9 @@ import (
 // Neo4j's cache key, nor are the lists inside the map parameters
 // (TestBatchesUseThePlansTheCheckMakes). The look-ahead's owner lookup runs
 // in a read session, which a cluster may route to a server the check (a
-// write) never reaches, so it asks for no cached plan: it overlaps the
-// previous batch's write, and a replan there holds no batch.
+// write) never reaches, so it asks for no cached plan: a replan there runs
+// beside the write in flight, and delays the next rebuild chunk (which waits
+// for its look-ahead) by no more than it outlasts that write.
 const (
 	// cachedPlan is the option the batch's write transaction sends its
 	// queries with.
@@ -55,6 +57,12 @@ func withCachedPlan(query string) string { return cachedPlan + query }
 
 // planChecks is the projector's state of the checks.
 type planChecks struct {
+	// ctx ends with Close, cancelling a check that runs.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// mu orders the start of a check against Close: none starts after it.
+	mu     sync.Mutex
+	closed bool
 	// since is when the projector was made; last is when the last check
 	// started, as time since then (monotonic).
 	since time.Time
@@ -77,12 +85,19 @@ func (p *Projector) checkPlansWhenDue() {
 	if now-c.last.Load() < int64(planCheckEvery) || !c.running.CompareAndSwap(false, true) {
 		return
 	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		c.running.Store(false)
+		return
+	}
 	c.last.Store(now)
 	c.done.Add(1)
+	c.mu.Unlock()
 	go func() {
 		defer c.done.Done()
 		defer c.running.Store(false)
-		ctx, cancel := context.WithTimeout(context.Background(), planCheckTimeout)
+		ctx, cancel := context.WithTimeout(c.ctx, planCheckTimeout)
 		defer cancel()
 		if err := c.run(ctx); err != nil {
 			if c.failures.Add(1) == planCheckWarnAfter {
@@ -95,8 +110,25 @@ func (p *Projector) checkPlansWhenDue() {
 	}()
 }
 
+// Close ends the checks of Neo4j's plans: none starts after it, and one
+// that runs is cancelled and waited for. Batches delivered after Close are
+// applied as before, on the plans Neo4j has.
+func (p *Projector) Close() {
+	c := &p.plans
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+	c.done.Wait()
+}
+
 // checkPlans runs the owner lookup and the batch query as Neo4j plans them
 // by default, on empty lists (they read and write nothing), and rolls back.
+// Neo4j's cache key holds the query text, the types of its top-level
+// parameters and whether the transaction has written yet: the check sends
+// both queries with the parameters apply sends (the same names and kinds:
+// TestThePlanCheckSendsWhatBatchesSend), and the batch query before any
+// write, as apply does.
 func (p *Projector) checkPlans(ctx context.Context) (err error) {
 	session := p.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite, DatabaseName: p.cfg.Database, FetchSize: neo4j.FetchAll})
 	defer closeSession(ctx, session)
@@ -111,20 +143,30 @@ func (p *Projector) checkPlans(ctx context.Context) (err error) {
 			err = rollbackErr
 		}
 	}()
-	result, err := tx.Run(ctx, p.builder.OwnersQuery(), cypher.OwnersParams(ownersParams(p.builder.Model(), nil, nil)))
+	owners, batch, err := p.planCheckParams()
+	if err != nil {
+		return err
+	}
+	result, err := tx.Run(ctx, p.builder.OwnersQuery(), owners)
 	if err == nil {
 		_, err = result.Consume(ctx)
 	}
 	if err != nil {
-		return err
-	}
-	batch, err := p.builder.Batch(nil)
-	if err != nil {
-		return err
+		return fmt.Errorf("plan check: owner lookup: %w", err)
 	}
 	result, err = tx.Run(ctx, batch.Text, batch.Params)
 	if err == nil {
 		_, err = result.Consume(ctx)
 	}
-	return err
+	if err != nil {
+		return fmt.Errorf("plan check: batch query: %w", err)
+	}
+	return nil
+}
+
+// planCheckParams are the check's parameters: the owner lookup's and the
+// batch query's, on empty lists.
+func (p *Projector) planCheckParams() (owners map[string]any, batch cypher.Batch, err error) {
+	batch, err = p.builder.Batch(nil)
+	return cypher.OwnersParams(ownersParams(p.builder.Model(), nil, nil)), batch, err
 }

@@ -3,6 +3,7 @@ package projector
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,7 +13,9 @@ import (
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 	"go.uber.org/zap/zaptest"
 
+	"graphsync/cypher"
 	"graphsync/events"
+	"graphsync/relay"
 )
 
 // A batch sends the owner lookup and the batch query with replan=skip, and
@@ -48,7 +51,8 @@ func TestBatchesUseCachedPlansAndACheckReplansBesideThem(t *testing.T) {
 	// The look-ahead reads in a session of its own, outside the write
 	// transaction: it asks for no cached plan (plans.go).
 	i := newIDs(t, driver)
-	// Checked just now (New): the batch starts no check.
+	// A check just started: the batch starts none.
+	p.plans.last.Store(int64(time.Since(p.plans.since)))
 	deliverAll(t, p, i.message(t, events.ProductCreated{ProductState: product(i.id(1), 1, "Mug", 0, "", 1, "active")}))
 	texts := ran()
 	for _, query := range []string{owners, batch} {
@@ -169,5 +173,69 @@ func TestOnePlanCheckAtATime(t *testing.T) {
 	p.plans.done.Wait()
 	if n := started.Load(); n != 2 {
 		t.Fatalf("a batch within planCheckEvery of the last check started one: %d checks", n)
+	}
+
+	// Close cancels the check that runs, waits for it, and none starts
+	// after it.
+	p.plans.run = func(ctx context.Context) error {
+		started.Add(1)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	due()
+	p.checkPlansWhenDue()
+	waitFor(t, 10*time.Second, "the check to start", func() bool { return started.Load() == 3 })
+	p.Close()
+	if p.plans.running.Load() {
+		t.Fatal("Close returned while a check ran")
+	}
+	due()
+	p.checkPlansWhenDue()
+	p.plans.done.Wait()
+	if n := started.Load(); n != 3 {
+		t.Fatalf("a check started after Close: %d checks", n)
+	}
+}
+
+// Neo4j keys a plan by the query text and the types of its top-level
+// parameters: the check sends the names and kinds a batch sends, or it
+// would refresh a plan no batch uses.
+func TestThePlanCheckSendsWhatBatchesSend(t *testing.T) {
+	p, err := New(nil, Config{}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &ids{tenant: 5}
+	prep := p.Prepare([]relay.Message{
+		a.message(t, events.ProductCreated{ProductState: product(1, 1, "Mug", 0, "", 100, "active")}),
+		a.message(t, orderPlaced(2, 3, events.OrderLine{LineNo: 1, ProductID: 1, Quantity: 2, UnitPriceCents: 100})),
+	})
+	if len(prep.items) != 2 {
+		t.Fatalf("prepared %d of 2 events: %v", len(prep.items), prep.rejected)
+	}
+	batch, err := p.builder.Batch(p.builder.StatementsOf(statementRows(prep.items)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := cypher.OwnersParams(ownersParams(p.builder.Model(), prep.items, nil))
+	checkOwners, checkBatch, err := p.planCheckParams()
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape := func(params map[string]any) map[string]string {
+		kinds := map[string]string{}
+		for name, value := range params {
+			kinds[name] = reflect.TypeOf(value).String()
+		}
+		return kinds
+	}
+	if got, want := shape(checkOwners), shape(owners); !reflect.DeepEqual(got, want) {
+		t.Errorf("the check's owner lookup parameters %v, a batch's %v", got, want)
+	}
+	if got, want := shape(checkBatch.Params), shape(batch.Params); !reflect.DeepEqual(got, want) {
+		t.Errorf("the check's batch query parameters %v, a batch's %v", got, want)
+	}
+	if checkBatch.Text != batch.Text {
+		t.Errorf("the check's batch query is not the text a batch sends")
 	}
 }

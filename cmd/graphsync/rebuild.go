@@ -106,6 +106,7 @@ func rebuildScope(ctx context.Context, conn connFlags, cfg rebuild.Config, limit
 		if err != nil {
 			return err
 		}
+		defer sink.Close()
 		cfg.Sink = sink
 		p := newRebuildProgress(bar, log.Named("rebuild"))
 		defer p.finish()

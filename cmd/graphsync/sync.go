@@ -239,6 +239,7 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) (err error) {
 	if err != nil {
 		return err
 	}
+	defer sink.Close() // before the driver closes
 	registry.MustRegister(sink.Collectors()...)
 	metrics := relay.NewMetrics()
 	registry.MustRegister(metrics.Collectors(pgPool)...)

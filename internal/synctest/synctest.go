@@ -58,6 +58,7 @@ func StartSync(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext,
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
+		sink.Close()
 	})
 }
 
