@@ -129,39 +129,20 @@ func (p *Projector) Close() {
 // both queries with the parameters apply sends (the same names and kinds:
 // TestThePlanCheckSendsWhatBatchesSend), and the batch query before any
 // write, as apply does.
-func (p *Projector) checkPlans(ctx context.Context) (err error) {
-	session := p.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite, DatabaseName: p.cfg.Database, FetchSize: neo4j.FetchAll})
-	defer closeSession(ctx, session)
-	tx, err := session.BeginTransaction(ctx, neo4j.WithTxTimeout(p.cfg.TxTimeout))
-	if err != nil {
-		return err
-	}
-	defer func() {
-		rollbackCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if rollbackErr := tx.Rollback(rollbackCtx); rollbackErr != nil && err == nil {
-			err = rollbackErr
-		}
-	}()
+func (p *Projector) checkPlans(ctx context.Context) error {
 	owners, batch, err := p.planCheckParams()
 	if err != nil {
 		return err
 	}
-	result, err := tx.Run(ctx, p.builder.OwnersQuery(), owners)
-	if err == nil {
-		_, err = result.Consume(ctx)
-	}
-	if err != nil {
-		return fmt.Errorf("plan check: owner lookup: %w", err)
-	}
-	result, err = tx.Run(ctx, batch.Text, batch.Params)
-	if err == nil {
-		_, err = result.Consume(ctx)
-	}
-	if err != nil {
-		return fmt.Errorf("plan check: batch query: %w", err)
-	}
-	return nil
+	return p.inRolledBackTransaction(ctx, func(tx neo4j.ExplicitTransaction) error {
+		if _, err := consume(ctx, tx, p.builder.OwnersQuery(), owners); err != nil {
+			return fmt.Errorf("plan check: owner lookup: %w", err)
+		}
+		if _, err := consume(ctx, tx, batch.Text, batch.Params); err != nil {
+			return fmt.Errorf("plan check: batch query: %w", err)
+		}
+		return nil
+	})
 }
 
 // planCheckParams are the check's parameters: the owner lookup's and the

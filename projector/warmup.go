@@ -30,56 +30,75 @@ func (p *Projector) WarmUp(ctx context.Context) error {
 // warmUp is WarmUp; it returns how many entities each statement wrote
 // before the rollback, so a test can tell that every statement ran past
 // its filters.
-func (p *Projector) warmUp(ctx context.Context) (writes map[string]int, err error) {
+func (p *Projector) warmUp(ctx context.Context) (map[string]int, error) {
+	owners, _, err := p.planCheckParams()
+	if err != nil {
+		return nil, err
+	}
+	writes := map[string]int{}
+	err = p.inRolledBackTransaction(ctx, func(tx neo4j.ExplicitTransaction) error {
+		if _, err := consume(ctx, tx, p.builder.OwnersQuery(), owners); err != nil {
+			return err
+		}
+		// Removals run last: a tombstone written first would make the node
+		// upserts skip the row, and they would run no further than that
+		// filter.
+		texts := slices.Clone(p.builder.Texts())
+		slices.SortStableFunc(texts, func(a, b string) int {
+			return boolOrder(p.builder.Removes(a)) - boolOrder(p.builder.Removes(b))
+		})
+		row := warmUpRow(p.builder.Model())
+		// Sync sends every batch as the one query of cypher.Batch, whose map
+		// parameter has no size classes: one plan. Running it once for each
+		// statement, with only that statement's rows, takes each one past
+		// its filters and tells the test which of them wrote.
+		for _, text := range texts {
+			batch, err := p.builder.Batch([]cypher.Statement{{Text: text, Params: map[string]any{"rows": []any{row}}}})
+			if err != nil {
+				return err
+			}
+			summary, err := consume(ctx, tx, batch.Text, batch.Params)
+			if err != nil {
+				return err
+			}
+			c := summary.Counters()
+			writes[text] += c.NodesCreated() + c.NodesDeleted() + c.RelationshipsCreated() + c.RelationshipsDeleted() + c.PropertiesSet()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, warmUpError(err)
+	}
+	return writes, nil
+}
+
+// inRolledBackTransaction runs fn in a write transaction of its own, which
+// is rolled back whatever fn returns: WarmUp and the checks of the plans
+// have Neo4j plan and run queries without writing anything.
+func (p *Projector) inRolledBackTransaction(ctx context.Context, fn func(tx neo4j.ExplicitTransaction) error) (err error) {
 	session := p.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite, DatabaseName: p.cfg.Database, FetchSize: neo4j.FetchAll})
 	defer closeSession(ctx, session)
 	tx, err := session.BeginTransaction(ctx, neo4j.WithTxTimeout(p.cfg.TxTimeout))
 	if err != nil {
-		return nil, warmUpError(err)
+		return err
 	}
 	defer func() {
 		rollbackCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if rollbackErr := tx.Rollback(rollbackCtx); rollbackErr != nil && err == nil {
-			err = warmUpError(rollbackErr)
+			err = rollbackErr
 		}
 	}()
-	result, err := tx.Run(ctx, p.builder.OwnersQuery(), cypher.OwnersParams(ownersParams(p.builder.Model(), nil, nil)))
-	if err == nil {
-		_, err = result.Consume(ctx)
-	}
+	return fn(tx)
+}
+
+// consume runs query in tx and reads its summary.
+func consume(ctx context.Context, tx neo4j.ExplicitTransaction, query string, params map[string]any) (neo4j.ResultSummary, error) {
+	result, err := tx.Run(ctx, query, params)
 	if err != nil {
-		return nil, warmUpError(err)
+		return nil, err
 	}
-	// Removals run last: a tombstone written first would make the node
-	// upserts skip the row, and they would run no further than that filter.
-	texts := slices.Clone(p.builder.Texts())
-	slices.SortStableFunc(texts, func(a, b string) int {
-		return boolOrder(p.builder.Removes(a)) - boolOrder(p.builder.Removes(b))
-	})
-	row := warmUpRow(p.builder.Model())
-	writes = map[string]int{}
-	// Sync sends every batch as the one query of cypher.Batch, whose map
-	// parameter has no size classes: one plan. Running it once for each
-	// statement, with only that statement's rows, takes each one past its
-	// filters and tells the test which of them wrote.
-	for _, text := range texts {
-		batch, err := p.builder.Batch([]cypher.Statement{{Text: text, Params: map[string]any{"rows": []any{row}}}})
-		if err != nil {
-			return nil, err
-		}
-		result, err := tx.Run(ctx, batch.Text, batch.Params)
-		if err != nil {
-			return nil, warmUpError(err)
-		}
-		summary, err := result.Consume(ctx)
-		if err != nil {
-			return nil, warmUpError(err)
-		}
-		c := summary.Counters()
-		writes[text] += c.NodesCreated() + c.NodesDeleted() + c.RelationshipsCreated() + c.RelationshipsDeleted() + c.PropertiesSet()
-	}
-	return writes, nil
+	return result.Consume(ctx)
 }
 
 func boolOrder(b bool) int {
