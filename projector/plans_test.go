@@ -24,15 +24,7 @@ import (
 // it ran (db.stats, section QUERIES) tells which texts reached it.
 func TestBatchesUseCachedPlansAndACheckReplansBesideThem(t *testing.T) {
 	p, driver := liveProjector(t)
-	ctx := context.Background()
-	run := func(query string) []*neo4j.Record {
-		t.Helper()
-		res, err := neo4j.ExecuteQuery(ctx, driver, query, nil, neo4j.EagerResultTransformer)
-		if err != nil {
-			t.Fatalf("%s: %v", query, err)
-		}
-		return res.Records
-	}
+	run := func(query string) []*neo4j.Record { return records(t, driver, query, nil) }
 	ran := func() map[string]bool {
 		t.Helper()
 		texts := map[string]bool{}
@@ -42,10 +34,7 @@ func TestBatchesUseCachedPlansAndACheckReplansBesideThem(t *testing.T) {
 		}
 		return texts
 	}
-	run(`CALL db.stats.stop('QUERIES')`)
-	run(`CALL db.stats.clear('QUERIES')`)
-	run(`CALL db.stats.collect('QUERIES', {durationSeconds: 300})`)
-	t.Cleanup(func() { run(`CALL db.stats.stop('QUERIES')`) })
+	collectQueryStats(t, driver)
 
 	owners, batch := p.builder.OwnersQuery(), p.builder.BatchText()
 	// The look-ahead reads in a session of its own, outside the write
@@ -88,19 +77,8 @@ func TestBatchesUseCachedPlansAndACheckReplansBesideThem(t *testing.T) {
 func TestBatchesUseThePlansTheCheckMakes(t *testing.T) {
 	_, driver := liveProjector(t)
 	i := newIDs(t, driver)
-	ctx := context.Background()
-	run := func(query string, params map[string]any) []*neo4j.Record {
-		t.Helper()
-		res, err := neo4j.ExecuteQuery(ctx, driver, query, params, neo4j.EagerResultTransformer)
-		if err != nil {
-			t.Fatalf("%s: %v", query, err)
-		}
-		return res.Records
-	}
-	run(`CALL db.stats.stop('QUERIES')`, nil)
-	run(`CALL db.stats.clear('QUERIES')`, nil)
-	run(`CALL db.stats.collect('QUERIES', {durationSeconds: 300})`, nil)
-	t.Cleanup(func() { run(`CALL db.stats.stop('QUERIES')`, nil) })
+	run := func(query string, params map[string]any) []*neo4j.Record { return records(t, driver, query, params) }
+	collectQueryStats(t, driver)
 
 	label := fmt.Sprintf("PlanCacheProbe%d", i.tenant)
 	query := "MATCH (n:" + label + ") RETURN n.id AS id"
@@ -238,4 +216,24 @@ func TestThePlanCheckSendsWhatBatchesSend(t *testing.T) {
 	if checkBatch.Text != batch.Text {
 		t.Errorf("the check's batch query is not the text a batch sends")
 	}
+}
+
+// records runs query and returns its records, failing the test on an error.
+func records(t *testing.T, driver neo4j.DriverWithContext, query string, params map[string]any) []*neo4j.Record {
+	t.Helper()
+	res, err := neo4j.ExecuteQuery(context.Background(), driver, query, params, neo4j.EagerResultTransformer)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return res.Records
+}
+
+// collectQueryStats has Neo4j record the queries it runs from now until the
+// test ends (db.stats, section QUERIES), with nothing recorded before.
+func collectQueryStats(t *testing.T, driver neo4j.DriverWithContext) {
+	t.Helper()
+	records(t, driver, `CALL db.stats.stop('QUERIES')`, nil)
+	records(t, driver, `CALL db.stats.clear('QUERIES')`, nil)
+	records(t, driver, `CALL db.stats.collect('QUERIES', {durationSeconds: 300})`, nil)
+	t.Cleanup(func() { records(t, driver, `CALL db.stats.stop('QUERIES')`, nil) })
 }
