@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
@@ -55,22 +54,19 @@ const (
 // withCachedPlan is query as a batch's write transaction sends it.
 func withCachedPlan(query string) string { return cachedPlan + query }
 
-// planChecks is the projector's state of the checks.
+// planChecks is the projector's state of the checks, under mu.
 type planChecks struct {
+	mu sync.Mutex
+	// last is when the last check started (New counts as one); running is
+	// set while one runs (one at a time); closed is set by Close (none
+	// starts after it); failures counts the checks in a row that failed.
+	last     time.Time
+	running  bool
+	closed   bool
+	failures int
 	// ctx ends with Close, cancelling a check that runs.
 	ctx    context.Context
 	cancel context.CancelFunc
-	// mu orders the start of a check against Close: none starts after it.
-	mu     sync.Mutex
-	closed bool
-	// since is when the projector was made; last is when the last check
-	// started, as time since then (monotonic).
-	since time.Time
-	last  atomic.Int64
-	// running is set while a check runs: one at a time.
-	running atomic.Bool
-	// failures counts the checks in a row that failed.
-	failures atomic.Int64
 	// run is checkPlans, or a fake in a test; done tracks the goroutines.
 	run  func(ctx context.Context) error
 	done sync.WaitGroup
@@ -81,32 +77,29 @@ type planChecks struct {
 // other check runs.
 func (p *Projector) checkPlansWhenDue() {
 	c := &p.plans
-	now := int64(time.Since(c.since))
-	if now-c.last.Load() < int64(planCheckEvery) || !c.running.CompareAndSwap(false, true) {
-		return
-	}
 	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		c.running.Store(false)
+	defer c.mu.Unlock()
+	if c.closed || c.running || time.Since(c.last) < planCheckEvery {
 		return
 	}
-	c.last.Store(now)
+	c.last, c.running = time.Now(), true
 	c.done.Add(1)
-	c.mu.Unlock()
 	go func() {
 		defer c.done.Done()
-		defer c.running.Store(false)
 		ctx, cancel := context.WithTimeout(c.ctx, planCheckTimeout)
 		defer cancel()
-		if err := c.run(ctx); err != nil {
-			if c.failures.Add(1) == planCheckWarnAfter {
-				p.log.Warn("Neo4j's plans could not be checked for staleness, several times in a row; batches keep the plans they have until a check succeeds",
-					zap.String("error", relay.RedactText(err.Error())))
-			}
+		err := c.run(ctx)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.running = false
+		if err == nil {
+			c.failures = 0
 			return
 		}
-		c.failures.Store(0)
+		if c.failures++; c.failures == planCheckWarnAfter {
+			p.log.Warn("Neo4j's plans could not be checked for staleness, several times in a row; batches keep the plans they have until a check succeeds",
+				zap.String("error", relay.RedactText(err.Error())))
+		}
 	}()
 }
 

@@ -41,7 +41,9 @@ func TestBatchesUseCachedPlansAndACheckReplansBesideThem(t *testing.T) {
 	// transaction: it asks for no cached plan (plans.go).
 	i := newIDs(t, driver)
 	// A check just started: the batch starts none.
-	p.plans.last.Store(int64(time.Since(p.plans.since)))
+	p.plans.mu.Lock()
+	p.plans.last = time.Now()
+	p.plans.mu.Unlock()
 	deliverAll(t, p, i.message(t, events.ProductCreated{ProductState: product(i.id(1), 1, "Mug", 0, "", 1, "active")}))
 	texts := ran()
 	for _, query := range []string{owners, batch} {
@@ -55,7 +57,9 @@ func TestBatchesUseCachedPlansAndACheckReplansBesideThem(t *testing.T) {
 
 	// The interval has passed: the next batch starts the check, which
 	// runs both queries as Neo4j plans them by default.
-	p.plans.last.Store(int64(time.Since(p.plans.since) - planCheckEvery))
+	p.plans.mu.Lock()
+	p.plans.last = time.Now().Add(-planCheckEvery)
+	p.plans.mu.Unlock()
 	deliverAll(t, p, i.message(t, events.ProductCreated{ProductState: product(i.id(2), 1, "Cup", 0, "", 1, "active")}))
 	waitFor(t, 30*time.Second, "a check of the plans running both queries without "+strings.TrimSpace(cachedPlan), func() bool {
 		texts = ran()
@@ -122,7 +126,11 @@ func TestOnePlanCheckAtATime(t *testing.T) {
 		<-release
 		return nil
 	}
-	due := func() { p.plans.last.Store(int64(time.Since(p.plans.since) - planCheckEvery)) }
+	due := func() {
+		p.plans.mu.Lock()
+		p.plans.last = time.Now().Add(-planCheckEvery)
+		p.plans.mu.Unlock()
+	}
 
 	p.checkPlansWhenDue()
 	if n := started.Load(); n != 0 {
@@ -164,7 +172,10 @@ func TestOnePlanCheckAtATime(t *testing.T) {
 	p.checkPlansWhenDue()
 	waitFor(t, 10*time.Second, "the check to start", func() bool { return started.Load() == 3 })
 	p.Close()
-	if p.plans.running.Load() {
+	p.plans.mu.Lock()
+	running := p.plans.running
+	p.plans.mu.Unlock()
+	if running {
 		t.Fatal("Close returned while a check ran")
 	}
 	due()

@@ -53,7 +53,7 @@ func New(driver neo4j.DriverWithContext, cfg Config, logger *zap.Logger) (*Proje
 	}
 	p := &Projector{driver: driver, cfg: cfg, builder: builder, log: logger, metrics: newMetrics(cfg.MetricsNamespace)}
 	p.applyBatch = p.apply
-	p.plans.since, p.plans.run = time.Now(), p.checkPlans
+	p.plans.last, p.plans.run = time.Now(), p.checkPlans
 	p.plans.ctx, p.plans.cancel = context.WithCancel(context.Background())
 	return p, nil
 }
