@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/csv"
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -132,6 +134,7 @@ func runLatency(ctx context.Context, st *stack, cfg benchConfig, mode string, lo
 		return result, err
 	}
 	var latencies []float64
+	var probes []probe
 	committed, txTook, commitTook = committed[warm:], txTook[warm:], commitTook[warm:]
 	for i, at := range committed {
 		n := warm + i
@@ -144,6 +147,12 @@ func runLatency(ctx context.Context, st *stack, cfg benchConfig, mode string, lo
 			result.NegativeLatencies++
 		}
 		latencies = append(latencies, ms)
+		probes = append(probes, probe{n: n, committed: at, marked: processed, ms: ms})
+	}
+	if cfg.latencyProbes != "" {
+		if err := writeProbes(cfg.latencyProbes, mode, probes); err != nil {
+			return result, err
+		}
 	}
 	slices.Sort(latencies)
 	slices.Sort(txTook)
@@ -447,4 +456,48 @@ func measureNeo4jFloor(ctx context.Context, driver neo4j.DriverWithContext, dura
 	}
 	slices.Sort(took)
 	return neo4jFloor{Transactions: n, PerSec: neo4jFloorRate, P50Ms: percentile(took, 0.50), P99Ms: percentile(took, 0.99), Statement: neo4jFloorStatement}, nil
+}
+
+// probe is one measured probe: when its transaction's commit was sent, when
+// sync marked its event processed, and the latency between them.
+type probe struct {
+	n                 int
+	committed, marked time.Time
+	ms                float64
+}
+
+// writeProbes appends the measured probes of one wake mode to path as CSV
+// (mode, probe number, commit and mark times in RFC 3339 with microseconds,
+// UTC, as Neo4j's and PostgreSQL's logs write them, and the latency in ms), with
+// a header when the file is new: a slow probe can then be lined up with
+// what the services logged at that instant.
+func writeProbes(path, mode string, probes []probe) (err error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("latency probes: %w", err)
+	}
+	defer func() {
+		if closeErr := f.Close(); closeErr != nil && err == nil {
+			err = fmt.Errorf("latency probes: %w", closeErr)
+		}
+	}()
+	w := csv.NewWriter(f)
+	if info, statErr := f.Stat(); statErr == nil && info.Size() == 0 {
+		if err := w.Write([]string{"mode", "probe", "committed", "marked", "latency_ms"}); err != nil {
+			return fmt.Errorf("latency probes: %w", err)
+		}
+	}
+	const stamp = "2006-01-02T15:04:05.000000Z07:00"
+	for _, p := range probes {
+		record := []string{mode, strconv.Itoa(p.n), p.committed.UTC().Format(stamp), p.marked.UTC().Format(stamp),
+			strconv.FormatFloat(p.ms, 'f', 3, 64)}
+		if err := w.Write(record); err != nil {
+			return fmt.Errorf("latency probes: %w", err)
+		}
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		return fmt.Errorf("latency probes: %w", err)
+	}
+	return nil
 }

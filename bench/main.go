@@ -75,6 +75,9 @@ type benchConfig struct {
 	timeout       time.Duration
 	binary        string
 	outDir        string
+	// latencyProbes, when set, is a CSV file that gets every measured
+	// probe of the latency scenario (see writeProbes).
+	latencyProbes string
 }
 
 var (
@@ -104,6 +107,7 @@ func parseConfig(args []string) (benchConfig, error) {
 	timeout := fs.Duration("timeout", 60*time.Minute, "bound of the whole run (clean-up runs past it, on its own deadlines)")
 	binary := fs.String("binary", "", "a graphsync binary to measure as it is (relative paths from the repository root); default: bin/graphsync, built from the working tree first")
 	outDir := fs.String("out", "bench/results", "where the JSON results go (relative paths from the repository root)")
+	latencyProbes := fs.String("latency-probes", "", "latency scenario: a CSV file (relative paths from the repository root) to write every measured probe to, with its commit and mark times, to line the slow ones up with the services' logs")
 	if err := fs.Parse(args); err != nil {
 		return benchConfig{}, err
 	}
@@ -129,7 +133,7 @@ func parseConfig(args []string) (benchConfig, error) {
 	cfg := benchConfig{
 		quick: *quick, scale: *scale, latencyRate: *rate, latencyDuration: *latencyDuration, latencyWarmUp: *latencyWarmUp,
 		batchSize: *batchSize, workers: *workers, writers: *writers, ordersPerTx: *ordersPerTx,
-		timeout: *timeout, binary: *binary, outDir: *outDir, scenarios: map[string]bool{},
+		timeout: *timeout, binary: *binary, outDir: *outDir, latencyProbes: *latencyProbes, scenarios: map[string]bool{},
 		backlogUntilCaughtUp: *backlogUntilCaughtUp, residentNodes: max(*resident, 0),
 	}
 	var err error
@@ -259,6 +263,9 @@ func measure(ctx context.Context, cfg benchConfig, log *zap.Logger) (*results, e
 	}
 	if !filepath.IsAbs(cfg.outDir) {
 		cfg.outDir = filepath.Join(root, cfg.outDir)
+	}
+	if cfg.latencyProbes != "" && !filepath.IsAbs(cfg.latencyProbes) {
+		cfg.latencyProbes = filepath.Join(root, cfg.latencyProbes)
 	}
 	logDir, err := os.MkdirTemp("", "graphsync-bench-")
 	if err != nil {

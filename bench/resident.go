@@ -56,9 +56,9 @@ var residentStatements = []string{
 }
 
 // loadResident writes a resident graph of about nodes nodes, has Neo4j
-// sample its indexes again and drops the plans made on the graph before
-// it, so that no scenario pays for replanning what the load changed. It
-// returns the resident tenants, for removal.
+// sample its indexes again, waits for the samples and drops the plans made
+// on the graph before it, so that no scenario pays for replanning what the
+// load changed. It returns the resident tenants, for removal.
 func (s *stack) loadResident(ctx context.Context, nodes int64, log *zap.Logger) ([]int64, error) {
 	if nodes <= 0 {
 		return nil, nil
@@ -86,10 +86,14 @@ func (s *stack) loadResident(ctx context.Context, nodes int64, log *zap.Logger) 
 			}
 		}
 	}
-	for _, statement := range []string{`CALL db.resampleOutdatedIndexes()`, `CALL db.clearQueryCaches()`} {
-		if _, err := neo4j.ExecuteQuery(ctx, s.driver, statement, nil, neo4j.EagerResultTransformer); err != nil {
-			return tenants, fmt.Errorf("resident graph: %s: %w", statement, err)
-		}
+	// The samples are awaited before the plans go (db.prepareForReplanning):
+	// db.resampleOutdatedIndexes only schedules them, so plans made just
+	// after it could still read the statistics of the empty indexes, and
+	// Neo4j would plan them again, whole, when the samples landed, in the
+	// middle of a scenario.
+	const replan = `CALL db.prepareForReplanning()`
+	if _, err := neo4j.ExecuteQuery(ctx, s.driver, replan, nil, neo4j.EagerResultTransformer); err != nil {
+		return tenants, fmt.Errorf("resident graph: %s: %w", replan, err)
 	}
 	counts, err := s.countGraph(ctx, tenants)
 	if err != nil {
