@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -147,11 +148,13 @@ func runLatency(ctx context.Context, st *stack, cfg benchConfig, mode string, lo
 			result.NegativeLatencies++
 		}
 		latencies = append(latencies, ms)
-		probes = append(probes, probe{n: n, committed: at, marked: processed, ms: ms})
+		probes = append(probes, probe{number: n, commitSent: at, processedAt: processed, latencyMs: ms})
 	}
 	if cfg.latencyProbes != "" {
-		if err := writeProbes(cfg.latencyProbes, mode, probes); err != nil {
-			return result, err
+		// The figures stand without the file: a failed write is reported,
+		// not the scenario's error.
+		if err := writeProbes(cfg.latencyProbes, cfg.probesRun, mode, probes); err != nil {
+			log.Warn("could not write the latency probes", zap.Error(err))
 		}
 	}
 	slices.Sort(latencies)
@@ -458,20 +461,55 @@ func measureNeo4jFloor(ctx context.Context, driver neo4j.DriverWithContext, dura
 	return neo4jFloor{Transactions: n, PerSec: neo4jFloorRate, P50Ms: percentile(took, 0.50), P99Ms: percentile(took, 0.99), Statement: neo4jFloorStatement}, nil
 }
 
-// probe is one measured probe: when its transaction's commit was sent, when
-// sync marked its event processed, and the latency between them.
+// probe is one measured probe: when its transaction's COMMIT was sent,
+// when sync marked its event processed (processed_at), and the latency
+// between them.
 type probe struct {
-	n                 int
-	committed, marked time.Time
-	ms                float64
+	number                  int
+	commitSent, processedAt time.Time
+	latencyMs               float64
 }
 
-// writeProbes appends the measured probes of one wake mode to path as CSV
-// (mode, probe number, commit and mark times in RFC 3339 with microseconds,
-// UTC, as Neo4j's and PostgreSQL's logs write them, and the latency in ms), with
-// a header when the file is new: a slow probe can then be lined up with
-// what the services logged at that instant.
-func writeProbes(path, mode string, probes []probe) (err error) {
+// probesHeader names the columns of a -latency-probes file: the run (its
+// start), the wake mode, the probe's number in its scenario, the two times
+// (UTC, on the clock the services' logs use; they print milliseconds) and
+// the latency in ms. Runs append to the same file.
+var probesHeader = []string{"run", "mode", "probe", "commit_sent", "processed_at", "latency_ms"}
+
+// startProbes makes sure path can be written, creating its folder, and
+// gives a new file its header.
+func startProbes(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("-latency-probes: %w", err)
+	}
+	return appendProbes(path, func(w *csv.Writer, empty bool) error {
+		if !empty {
+			return nil
+		}
+		return w.Write(probesHeader)
+	})
+}
+
+// writeProbes appends the measured probes of one wake mode to path, so
+// that a slow probe can be lined up with what the services logged at that
+// instant.
+func writeProbes(path, run, mode string, probes []probe) error {
+	const stamp = "2006-01-02T15:04:05.000000Z07:00"
+	return appendProbes(path, func(w *csv.Writer, _ bool) error {
+		for _, p := range probes {
+			record := []string{run, mode, strconv.Itoa(p.number), p.commitSent.UTC().Format(stamp),
+				p.processedAt.UTC().Format(stamp), strconv.FormatFloat(p.latencyMs, 'f', 3, 64)}
+			if err := w.Write(record); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// appendProbes opens path for appending (creating it) and runs write on a
+// CSV writer over it, telling it whether the file was empty.
+func appendProbes(path string, write func(w *csv.Writer, empty bool) error) (err error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return fmt.Errorf("latency probes: %w", err)
@@ -481,19 +519,13 @@ func writeProbes(path, mode string, probes []probe) (err error) {
 			err = fmt.Errorf("latency probes: %w", closeErr)
 		}
 	}()
-	w := csv.NewWriter(f)
-	if info, statErr := f.Stat(); statErr == nil && info.Size() == 0 {
-		if err := w.Write([]string{"mode", "probe", "committed", "marked", "latency_ms"}); err != nil {
-			return fmt.Errorf("latency probes: %w", err)
-		}
+	info, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("latency probes: %w", err)
 	}
-	const stamp = "2006-01-02T15:04:05.000000Z07:00"
-	for _, p := range probes {
-		record := []string{mode, strconv.Itoa(p.n), p.committed.UTC().Format(stamp), p.marked.UTC().Format(stamp),
-			strconv.FormatFloat(p.ms, 'f', 3, 64)}
-		if err := w.Write(record); err != nil {
-			return fmt.Errorf("latency probes: %w", err)
-		}
+	w := csv.NewWriter(f)
+	if err := write(w, info.Size() == 0); err != nil {
+		return fmt.Errorf("latency probes: %w", err)
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {

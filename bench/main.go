@@ -76,8 +76,10 @@ type benchConfig struct {
 	binary        string
 	outDir        string
 	// latencyProbes, when set, is a CSV file that gets every measured
-	// probe of the latency scenario (see writeProbes).
+	// probe of the latency scenario (see writeProbes), each row marked
+	// with probesRun, the run's start.
 	latencyProbes string
+	probesRun     string
 }
 
 var (
@@ -264,8 +266,16 @@ func measure(ctx context.Context, cfg benchConfig, log *zap.Logger) (*results, e
 	if !filepath.IsAbs(cfg.outDir) {
 		cfg.outDir = filepath.Join(root, cfg.outDir)
 	}
-	if cfg.latencyProbes != "" && !filepath.IsAbs(cfg.latencyProbes) {
-		cfg.latencyProbes = filepath.Join(root, cfg.latencyProbes)
+	if cfg.latencyProbes != "" {
+		if !filepath.IsAbs(cfg.latencyProbes) {
+			cfg.latencyProbes = filepath.Join(root, cfg.latencyProbes)
+		}
+		// A path that cannot be written fails now, not after the
+		// scenarios before the latency one have run.
+		if err := startProbes(cfg.latencyProbes); err != nil {
+			return nil, err
+		}
+		cfg.probesRun = time.Now().UTC().Format(time.RFC3339)
 	}
 	logDir, err := os.MkdirTemp("", "graphsync-bench-")
 	if err != nil {

@@ -12,7 +12,9 @@
 #   .local/neo4j/pid           the launcher JVM's pid
 #   .local/neo4j/ready         written by the launcher when Bolt is up
 #   .local/neo4j/data, logs    the DBMS's data and logs (logs/debug.log; the
-#                              JVM's garbage-collection pauses in logs/gc.log)
+#                              JVM's garbage-collection pauses in logs/gc.log,
+#                              older ones, of earlier starts or past 16 MB,
+#                              in gc.log.0 to .3)
 #   .local/neo4j/launcher.log  the JVM's stdout and stderr
 #   .local/neo4j/build.log     the last Maven build's output
 set -euo pipefail
@@ -148,7 +150,7 @@ start() {
     -XX:+UseG1GC -XX:-OmitStackTraceInFastThrow -XX:+DisableExplicitGC
     # Each pause with its length, on the clock debug.log uses, so a slow
     # moment of a test or benchmark can be lined up with one.
-    "-Xlog:gc:file=$NEO4J_LOCAL/logs/gc.log:utctime,uptime:filecount=4,filesize=16m"
+    "-Xlog:gc:file=\"$NEO4J_LOCAL/logs/gc.log\":utctime,uptime:filecount=4,filesize=16m"
     -XX:+UnlockExperimentalVMOptions -XX:+TrustFinalNonStaticFields
     -Djdk.nio.maxCachedBufferSize=1024
     -Dio.netty.tryReflectionSetAccessible=true
