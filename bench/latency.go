@@ -480,7 +480,7 @@ var probesHeader = []string{"run", "mode", "probe", "commit_sent", "processed_at
 // gives a new file its header.
 func startProbes(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("-latency-probes: %w", err)
+		return fmt.Errorf("latency probes: %w", err)
 	}
 	return appendProbes(path, func(w *csv.Writer, empty bool) error {
 		if !empty {
