@@ -42,6 +42,7 @@ type settings struct {
 	LatencyWarmUpSeconds float64  `json:"latency_warm_up_seconds"`
 	ResidentNodes        int64    `json:"resident_nodes"`
 	Neo4jPageCache       string   `json:"neo4j_page_cache"`
+	Neo4jHeapBytes       int64    `json:"neo4j_heap_bytes"`
 	SyncFlags            string   `json:"sync_flags"`
 	PostgresVersion      string   `json:"postgres_version"`
 	SharedBuffers        string   `json:"shared_buffers"`
@@ -84,6 +85,9 @@ func collectSettings(ctx context.Context, st *stack, cfg benchConfig, root strin
 	s.Neo4jVersion = st.neo4jVersion(queryCtx)
 	if pageCache, err := benchdata.PageCache(queryCtx, st.driver); err == nil {
 		s.Neo4jPageCache = pageCache
+	}
+	if heap, err := benchdata.Heap(queryCtx, st.driver); err == nil {
+		s.Neo4jHeapBytes = heap
 	}
 	git := exec.CommandContext(queryCtx, "git", "describe", "--always", "--dirty")
 	git.Dir = root
@@ -193,8 +197,8 @@ func (r *results) print(out io.Writer, path string, writeErr error) {
 	if s.BinaryVCS != "" {
 		built = "binary built from " + s.BinaryVCS
 	}
-	fmt.Fprintf(out, "\ngraphsync end-to-end benchmark: scale %g, batch %d, workers %d, synchronous_commit %s, GOMAXPROCS %d, %d cores, PostgreSQL %s, Neo4j %s (page cache %s, resident graph %d nodes)\n  %s; bench from tree %s\n",
-		s.Scale, s.BatchSize, s.Workers, s.SynchronousCommit, s.GOMAXPROCS, s.MachineCores, s.PostgresVersion, s.Neo4jVersion, s.Neo4jPageCache, s.ResidentNodes, built, s.GitRevision)
+	fmt.Fprintf(out, "\ngraphsync end-to-end benchmark: scale %g, batch %d, workers %d, synchronous_commit %s, GOMAXPROCS %d, %d cores, PostgreSQL %s, Neo4j %s (page cache %s, heap %.2fGiB, resident graph %d nodes)\n  %s; bench from tree %s\n",
+		s.Scale, s.BatchSize, s.Workers, s.SynchronousCommit, s.GOMAXPROCS, s.MachineCores, s.PostgresVersion, s.Neo4jVersion, s.Neo4jPageCache, float64(s.Neo4jHeapBytes)/(1<<30), s.ResidentNodes, built, s.GitRevision)
 
 	if len(r.Throughput) > 0 || len(r.Latency) > 0 || r.Ceiling != nil {
 		fmt.Fprintln(out, "\ncommit to graph, per wake mode")
