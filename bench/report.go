@@ -42,7 +42,8 @@ type settings struct {
 	LatencyWarmUpSeconds float64  `json:"latency_warm_up_seconds"`
 	ResidentNodes        int64    `json:"resident_nodes"`
 	Neo4jPageCache       string   `json:"neo4j_page_cache"`
-	Neo4jHeapBytes       int64    `json:"neo4j_heap_bytes"`
+	Neo4jHeapInitial     int64    `json:"neo4j_heap_initial_bytes,omitempty"`
+	Neo4jHeapLargest     int64    `json:"neo4j_heap_max_bytes,omitempty"`
 	SyncFlags            string   `json:"sync_flags"`
 	PostgresVersion      string   `json:"postgres_version"`
 	SharedBuffers        string   `json:"shared_buffers"`
@@ -86,8 +87,8 @@ func collectSettings(ctx context.Context, st *stack, cfg benchConfig, root strin
 	if pageCache, err := benchdata.PageCache(queryCtx, st.driver); err == nil {
 		s.Neo4jPageCache = pageCache
 	}
-	if heap, err := benchdata.Heap(queryCtx, st.driver); err == nil {
-		s.Neo4jHeapBytes = heap
+	if initial, largest, err := benchdata.Heap(queryCtx, st.driver); err == nil {
+		s.Neo4jHeapInitial, s.Neo4jHeapLargest = initial, largest
 	}
 	git := exec.CommandContext(queryCtx, "git", "describe", "--always", "--dirty")
 	git.Dir = root
@@ -197,8 +198,8 @@ func (r *results) print(out io.Writer, path string, writeErr error) {
 	if s.BinaryVCS != "" {
 		built = "binary built from " + s.BinaryVCS
 	}
-	fmt.Fprintf(out, "\ngraphsync end-to-end benchmark: scale %g, batch %d, workers %d, synchronous_commit %s, GOMAXPROCS %d, %d cores, PostgreSQL %s, Neo4j %s (page cache %s, heap %.2fGiB, resident graph %d nodes)\n  %s; bench from tree %s\n",
-		s.Scale, s.BatchSize, s.Workers, s.SynchronousCommit, s.GOMAXPROCS, s.MachineCores, s.PostgresVersion, s.Neo4jVersion, s.Neo4jPageCache, float64(s.Neo4jHeapBytes)/(1<<30), s.ResidentNodes, built, s.GitRevision)
+	fmt.Fprintf(out, "\ngraphsync end-to-end benchmark: scale %g, batch %d, workers %d, synchronous_commit %s, GOMAXPROCS %d, %d cores, PostgreSQL %s, Neo4j %s (page cache %s, heap %s, resident graph %d nodes)\n  %s; bench from tree %s\n",
+		s.Scale, s.BatchSize, s.Workers, s.SynchronousCommit, s.GOMAXPROCS, s.MachineCores, s.PostgresVersion, s.Neo4jVersion, s.Neo4jPageCache, heapText(s.Neo4jHeapInitial, s.Neo4jHeapLargest), s.ResidentNodes, built, s.GitRevision)
 
 	if len(r.Throughput) > 0 || len(r.Latency) > 0 || r.Ceiling != nil {
 		fmt.Fprintln(out, "\ncommit to graph, per wake mode")
@@ -462,4 +463,18 @@ func roundsText(rates []float64) string {
 		parts[i] = fmt.Sprintf("%.0f", rate)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// heapText is Neo4j's heap for the header: one size when it is fixed, the
+// initial and the largest when it may grow, "unknown" when it was not read.
+func heapText(initial, largest int64) string {
+	gib := func(b int64) string { return fmt.Sprintf("%.2fGiB", float64(b)/(1<<30)) }
+	switch {
+	case largest <= 0:
+		return "unknown"
+	case initial == largest:
+		return gib(largest) + " fixed"
+	default:
+		return gib(initial) + " growing to " + gib(largest)
+	}
 }

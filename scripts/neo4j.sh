@@ -148,9 +148,9 @@ start() {
   local jvm_opts=(
     # The heap is fixed at its largest, as Neo4j's operations manual advises.
     # Started at 256m it stayed near 300 MiB under the benchmark's load: a
-    # young collection every 2 s and a concurrent cycle every 10 to 15 s, whose
-    # Remark pause (median 28 ms, up to 125 ms in gc.log) stops every
-    # transaction and landed in the latency probes (docs/adr/0013, stop 37).
+    # young collection every 2 to 3 s and a concurrent cycle every 8 to 15 s,
+    # whose Remark pause (median 28 ms, up to 125 ms in gc.log) stops every
+    # transaction, the latency probes' too (docs/adr/0013, stop 37).
     "-Xms$NEO4J_HEAP" "-Xmx$NEO4J_HEAP"
     -XX:+UseG1GC -XX:-OmitStackTraceInFastThrow -XX:+DisableExplicitGC
     # Each pause with its length, on the clock debug.log uses, so a slow

@@ -219,23 +219,34 @@ func PeakRSS(cmd *exec.Cmd) (float64, []byte, error) {
 	}
 }
 
-// Heap returns the largest heap of the Neo4j under test, in bytes, for a
-// benchmark's log: Neo4j's garbage collections stop every transaction, and
-// how often and how long depends on the heap (with 256m growing to 768m, the
-// concurrent cycles' Remark pauses, median 28 ms and up to 125 ms, every 10
-// to 15 s, landed in the latency probes; docs/adr/0013, stop 37).
-func Heap(ctx context.Context, driver neo4j.DriverWithContext) (int64, error) {
+// Heap returns the initial and the largest heap of the Neo4j under test, in
+// bytes, for a benchmark's log: Neo4j's garbage collections stop every
+// transaction, and how often and how long depends on the heap (docs/adr/0013,
+// stop 37: started at 256m, G1 kept it near 300 MiB, with a concurrent cycle
+// and its Remark pause every 8 to 15 s).
+func Heap(ctx context.Context, driver neo4j.DriverWithContext) (initial, largest int64, err error) {
 	res, err := neo4j.ExecuteQuery(ctx, driver,
-		"CALL dbms.queryJmx('java.lang:type=Memory') YIELD attributes RETURN attributes.HeapMemoryUsage.value.properties.max AS max",
+		"CALL dbms.queryJmx('java.lang:type=Memory') YIELD attributes "+
+			"RETURN attributes.HeapMemoryUsage.value.properties.init AS initial, attributes.HeapMemoryUsage.value.properties.max AS largest",
 		nil, neo4j.EagerResultTransformer)
 	if err != nil {
-		return 0, fmt.Errorf("benchdata: read Neo4j's heap size: %w", err)
+		return 0, 0, fmt.Errorf("benchdata: read Neo4j's heap size: %w", err)
 	}
 	if len(res.Records) != 1 {
-		return 0, fmt.Errorf("benchdata: Neo4j reports no heap size")
+		return 0, 0, fmt.Errorf("benchdata: Neo4j reports no heap size")
 	}
-	bytes, _, err := neo4j.GetRecordValue[int64](res.Records[0], "max")
-	return bytes, err
+	initial, initialNil, err := neo4j.GetRecordValue[int64](res.Records[0], "initial")
+	if err != nil {
+		return 0, 0, fmt.Errorf("benchdata: Neo4j's initial heap size: %w", err)
+	}
+	largest, largestNil, err := neo4j.GetRecordValue[int64](res.Records[0], "largest")
+	if err != nil {
+		return 0, 0, fmt.Errorf("benchdata: Neo4j's largest heap size: %w", err)
+	}
+	if initialNil || largestNil {
+		return 0, 0, fmt.Errorf("benchdata: Neo4j reports no heap size")
+	}
+	return initial, largest, nil
 }
 
 // PageCache returns the page cache size the Neo4j under test was given, for
