@@ -75,7 +75,8 @@ func (s *stack) neo4jOutage(relays ...*syncProc) {
 	err := s.pool.QueryRow(ctx, `
 		SELECT count(*) FILTER (WHERE processed_at IS NOT NULL),
 		       count(*) FILTER (WHERE processed_at IS NULL),
-		       coalesce(array_agg(id) FILTER (WHERE processed_at IS NULL AND locked_until IS NOT NULL), '{}')
+		       coalesce(array_agg(id) FILTER (WHERE processed_at IS NULL
+		         AND id IN (SELECT unnest(b.ids) FROM outbox_batches b)), '{}')
 		FROM outbox_messages`).Scan(&processedAtStop, &pendingAtStop, &inFlight)
 	cancel()
 	if err != nil {

@@ -206,7 +206,8 @@ func (s *stack) waitBlockedInFlight(p *syncProc) []int64 {
 	return leased
 }
 
-// leasedIDs lists, in order, the pending rows relayID holds leased.
+// leasedIDs lists, in order, the pending rows in relayID's batches (in
+// flight, or left by its death until a claim takes them over).
 func (s *stack) leasedIDs(relayID string) []int64 {
 	s.t.Helper()
 	ids, err := s.queryLeasedIDs(relayID)
@@ -219,7 +220,12 @@ func (s *stack) leasedIDs(relayID string) []int64 {
 func (s *stack) queryLeasedIDs(relayID string) ([]int64, error) {
 	ctx, cancel := queryCtx()
 	defer cancel()
-	rows, err := s.pool.Query(ctx, `SELECT id FROM outbox_messages WHERE split_part(locked_by, '/', 1) = $1 AND processed_at IS NULL ORDER BY id`, relayID)
+	// A batch in flight is a row of outbox_batches (docs/adr/0018), until
+	// its settle ends it or, its lease run out, a claim takes it over.
+	rows, err := s.pool.Query(ctx, `SELECT m.id FROM outbox_messages m
+		WHERE m.processed_at IS NULL
+		  AND EXISTS (SELECT 1 FROM outbox_batches b WHERE m.id = ANY(b.ids) AND split_part(b.holder, '/', 1) = $1)
+		ORDER BY m.id`, relayID)
 	if err != nil {
 		return nil, err
 	}

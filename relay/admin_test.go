@@ -174,16 +174,17 @@ func TestRetention(t *testing.T) {
 		FOR VALUES FROM ('2020-01-01') TO ('2020-02-01')`); err != nil {
 		t.Fatal(err)
 	}
-	// Aggregate leases: one whose relay died long ago, one that just ran
-	// out, one live; and two aggregates that have waited for another
-	// aggregate's events since long ago, whose holds ran out while no relay
-	// ran: one still has its event pending (the hold keeps since when it
-	// has waited, for the backoff and the gauges), one has none left.
+	// Holds: one that ran out long ago (its aggregate got no event since),
+	// one that just ran out, one live; and two aggregates that have waited
+	// for another aggregate's events since long ago, whose holds ran out
+	// while no relay ran: one still has its event pending (the hold keeps
+	// since when it has waited, for the backoff and the gauges), one has
+	// none left.
 	waiting := h.insertCommitted(event{1, "Order", 4, "OrderPlaced", `{}`})
 	if _, err := h.pool.Exec(ctx, `INSERT INTO outbox_aggregate_leases (tenant_id, aggregate_type, aggregate_id, locked_by, locked_until, deferred_since, deferred_at)
-		VALUES (1, 'Order', 1, 'dead/0#1', now() - interval '2 hours', NULL, NULL),
-		       (1, 'Order', 2, 'late/0#1', now() - interval '1 second', NULL, NULL),
-		       (1, 'Order', 3, 'live/0#1', now() + interval '1 minute', NULL, NULL),
+		VALUES (1, 'Order', 1, 'held back', now() - interval '2 hours', NULL, NULL),
+		       (1, 'Order', 2, 'held back', now() - interval '1 second', NULL, NULL),
+		       (1, 'Order', 3, 'held back', now() + interval '1 minute', NULL, NULL),
 		       (1, 'Order', 4, 'held back', now() - interval '2 hours', now() - interval '5 hours', now() - interval '2 hours'),
 		       (1, 'Order', 5, 'held back', now() - interval '2 hours', now() - interval '5 hours', now() - interval '2 hours')`); err != nil {
 		t.Fatal(err)
@@ -197,7 +198,7 @@ func TestRetention(t *testing.T) {
 	}
 	if report.LeasesRemoved != 2 || h.count(`SELECT count(*) FROM outbox_aggregate_leases WHERE aggregate_id IN (2, 3, 4)`) != 3 ||
 		h.count(`SELECT count(*) FROM outbox_aggregate_leases WHERE aggregate_id = 4 AND deferred_since < now() - interval '4 hours'`) != 1 {
-		t.Errorf("removed %d aggregate leases, want the two that ran out 2 hours ago with nothing pending (the dead relay's, the wait of an aggregate with no event left)", report.LeasesRemoved)
+		t.Errorf("removed %d aggregate leases, want the two that ran out 2 hours ago with nothing pending (a hold with no event since, the wait of an aggregate with no event left)", report.LeasesRemoved)
 	}
 	if h.count(`SELECT count(*) FROM outbox_messages_archive WHERE id = $1`, old) != 1 ||
 		h.count(`SELECT count(*) FROM outbox_messages WHERE id = ANY($1)`, []int64{recent, pending, waiting}) != 3 {

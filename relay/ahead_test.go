@@ -58,7 +58,7 @@ func testClaimedAhead(t *testing.T, mode WakeMode) {
 		}
 		return nil
 	}
-	// Rows of batches handed to the sink before: leased while they are
+	// Rows of batches handed to the sink before: in flight while they are
 	// settled beside a later delivery, they are not claimed ahead.
 	var handed []int64
 	sink.hold = func(ctx context.Context, batch []Message) {
@@ -72,14 +72,14 @@ func testClaimedAhead(t *testing.T, mode WakeMode) {
 		notAhead := append(slices.Clone(handed), ids...)
 		handed = append(handed, ids...)
 		mu.Unlock()
-		// Wait (bounded) for the claim ahead: rows leased outside this batch,
+		// Wait (bounded) for the claim ahead: rows in flight outside this batch,
 		// unless nothing else is left to claim.
 		deadline := time.Now().Add(3 * time.Second)
 		for time.Now().Before(deadline) && ctx.Err() == nil {
 			var ahead, free int64
 			if err := h.pool.QueryRow(ctx, `SELECT
-				count(*) FILTER (WHERE locked_until >= now() AND NOT (id = ANY($1))),
-				count(*) FILTER (WHERE locked_until IS NULL OR locked_until < now())
+				count(*) FILTER (WHERE id IN `+inFlight+` AND NOT (id = ANY($1))),
+				count(*) FILTER (WHERE id NOT IN `+inFlight+`)
 				FROM outbox_messages WHERE processed_at IS NULL`, notAhead).Scan(&ahead, &free); err != nil {
 				return
 			}
@@ -89,7 +89,7 @@ func testClaimedAhead(t *testing.T, mode WakeMode) {
 			<-time.After(5 * time.Millisecond)
 		}
 		rows, err := h.pool.Query(ctx, `SELECT tenant_id, aggregate_type, aggregate_id FROM outbox_messages
-			WHERE processed_at IS NULL AND locked_until >= now() AND NOT (id = ANY($1))`, notAhead)
+			WHERE processed_at IS NULL AND id IN `+inFlight+` AND NOT (id = ANY($1))`, notAhead)
 		if err != nil {
 			return
 		}
@@ -409,7 +409,7 @@ func testClaimAheadBesideSettle(t *testing.T, mode WakeMode) {
 		t.Fatal("the first batch was not delivered")
 	}
 	eventually(t, 5*time.Second, "A4 and A5 claimed while the first batch's settle waits", func() bool {
-		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = ANY($1) AND locked_until >= now()`, ids[4:6]) == 2
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = ANY($1) AND id IN `+inFlight, ids[4:6]) == 2
 	})
 	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE id = ANY($1) AND processed_at IS NOT NULL`, ids[0:2]); n != 0 {
 		t.Fatalf("the first batch's settle was not held up (%d of its rows marked)", n)

@@ -38,7 +38,9 @@ func ParseWakeMode(s string) (WakeMode, error) {
 
 // Config of a Relay. The zero value of each field means its default.
 type Config struct {
-	// ID names this relay process in locked_by. Default: host-pid-random.
+	// ID names this relay process in the identity of each batch it claims
+	// (outbox_batches.holder, and the locked_by of a row whose batch was
+	// taken over after it died). Default: host-pid-random.
 	ID string
 	// Wake is the wake mode. Default: poll.
 	Wake WakeMode

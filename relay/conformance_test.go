@@ -191,8 +191,9 @@ func testPoisonRows(t *testing.T, mode WakeMode) {
 	eventually(t, 20*time.Second, "poison and unknown rows in the DLQ", func() bool {
 		return h.count(`SELECT count(*) FROM outbox_messages_dlq`) == 2
 	})
-	eventually(t, 10*time.Second, "the row behind the poison delivered after it left", func() bool {
-		return sink.appliedIDs()[behindPoison] > 0
+	eventually(t, 10*time.Second, "the row behind the poison delivered after it left, and marked", func() bool {
+		return sink.appliedIDs()[behindPoison] > 0 &&
+			h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND processed_at IS NOT NULL`, behindPoison) == 1
 	})
 	if appliedTooEarly.Load() {
 		t.Error("the row behind the poison was applied while the poison was still pending")
@@ -242,7 +243,7 @@ func testKilledRelay(t *testing.T, mode WakeMode) {
 	victim := h.startProcess(h.config("relay-victim"), "hang")
 	victim.waitLine(t, "DELIVERING", 20*time.Second)
 	victim.kill(t)
-	if n := h.count(`SELECT count(*) FROM outbox_messages WHERE locked_by LIKE 'relay-victim/%'`); n == 0 {
+	if n := h.count(`SELECT count(*) FROM outbox_batches WHERE holder LIKE 'relay-victim/%'`); n == 0 {
 		t.Fatal("the killed relay held no rows: the test did not kill it mid-batch")
 	}
 
@@ -260,9 +261,10 @@ func testKilledRelay(t *testing.T, mode WakeMode) {
 	sink.checkViolations(t)
 }
 
-// A row that makes the relay process itself crash is counted at each claim,
-// so after MaxAttempts crashes the next claim moves it to the DLQ instead of
-// crashing again; the rows after it are delivered.
+// A row that makes the relay process itself crash has each crash counted
+// (when the next claim takes its batch over), so after MaxAttempts crashes
+// the next claim moves it to the DLQ instead of crashing again; the rows
+// after it are delivered.
 func testCrashingRow(t *testing.T, mode WakeMode) {
 	h := newHarness(t, mode)
 	crasher := h.insertCommitted(event{1, "Order", 7, "OrderPlaced", `{"crash": true}`})
@@ -274,8 +276,8 @@ func testCrashingRow(t *testing.T, mode WakeMode) {
 		if code := p.waitExit(t, 10*time.Second); code != 3 {
 			t.Fatalf("relay process exit code %d, want 3 (crash %d)", code, crash)
 		}
-		if got := h.count(`SELECT attempts FROM outbox_messages WHERE id = $1`, crasher); got != int64(crash) {
-			t.Fatalf("after crash %d the row has attempts %d", crash, got)
+		if got := h.attemptsUsed(crasher); got != int64(crash) {
+			t.Fatalf("after crash %d the row has used %d attempts", crash, got)
 		}
 	}
 	sink := newRecordingSink()
@@ -335,7 +337,7 @@ func testOutOfIDOrderCommits(t *testing.T, mode WakeMode) {
 		t.Fatalf("ids %d, %d not in the order the test needs", lowID, highID)
 	}
 	eventually(t, 10*time.Second, "the higher id in delivery", func() bool {
-		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND locked_by IS NOT NULL`, highID) == 1
+		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND id IN `+inFlight, highID) == 1
 	})
 	if err := first.Commit(ctx); err != nil {
 		t.Fatal(err)
@@ -345,7 +347,7 @@ func testOutOfIDOrderCommits(t *testing.T, mode WakeMode) {
 	// committed after it, proves a claim ran while the lower id was visible.
 	probe := h.insertCommitted(event{1, "Order", 43, "OrderConfirmed", `{"step": "probe"}`})
 	eventually(t, 10*time.Second, "the probe delivered", func() bool { return sink.appliedIDs()[probe] > 0 })
-	if h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND (locked_by IS NOT NULL OR processed_at IS NOT NULL)`, lowID) != 0 ||
+	if h.count(`SELECT count(*) FROM outbox_messages WHERE id = $1 AND (id IN `+inFlight+` OR processed_at IS NOT NULL)`, lowID) != 0 ||
 		sink.appliedIDs()[lowID] > 0 {
 		t.Errorf("the lower id was claimed while the higher id of its aggregate was in delivery")
 	}

@@ -40,6 +40,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// inFlight is the ids of the rows in batches whose lease runs (a subquery):
+// what a claim's window leaves alone (docs/adr/0018).
+const inFlight = `(SELECT unnest(b.ids) FROM outbox_batches b WHERE b.locked_until >= now())`
+
 // harness is one wake mode against one fresh database.
 type harness struct {
 	t    testing.TB
@@ -179,6 +183,13 @@ func (h *harness) exec(sql string, args ...any) {
 	if _, err := h.pool.Exec(context.Background(), sql, args...); err != nil {
 		h.t.Fatalf("%s: %v", sql, err)
 	}
+}
+
+// attemptsUsed is a row's attempts, counting the one of a batch that holds
+// it (in flight, or whose relay died and which no claim took over yet).
+func (h *harness) attemptsUsed(id int64) int64 {
+	return h.count(`SELECT m.attempts + (SELECT count(*) FROM outbox_batches b WHERE m.id = ANY(b.ids))
+		FROM outbox_messages m WHERE m.id = $1`, id)
 }
 
 // count runs a counting query.

@@ -52,7 +52,7 @@ func NewMetrics() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 		settleDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "outbox_settle_duration_seconds", Help: "Latency of the statement that ends a batch: marks the applied rows processed, hands back the rest and ends the batch's aggregate leases.",
+			Name: "outbox_settle_duration_seconds", Help: "Latency of the statement that ends a batch: marks the applied rows processed, hands back the rest and ends the batch.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{

@@ -188,12 +188,13 @@ func (r *worker) rewakeNow() {
 // While the sink applies one batch, the next is claimed, so PostgreSQL's
 // work overlaps the sink's; behind a sink faster than the settle, the claim
 // ahead runs beside the previous batch's settle (docs/adr/0012). The next
-// batch cannot hold an aggregate of the one in delivery (its aggregates are
-// leased until it is settled), so per-aggregate order and "mark only after
-// the sink committed" are unchanged. A batch claimed ahead is handed back
-// uncounted when the one before it failed. Likewise a delivered batch is settled (marked, its
-// aggregate leases ended) while the next one is delivered: its aggregates
-// stay leased until then, so no batch delivered meanwhile holds one of them.
+// batch cannot hold an aggregate of the one in delivery (that batch stays in
+// outbox_batches until it is settled, and claims leave its aggregates
+// alone), so per-aggregate order and "mark only after the sink committed"
+// are unchanged. A batch claimed ahead is handed back uncounted when the one
+// before it failed. Likewise a delivered batch is settled (marked, its batch
+// ended) while the next one is delivered: it stays in flight until then, so
+// no batch delivered meanwhile holds one of its aggregates.
 // A failed settle counts as a failure of the batch delivered beside it; one
 // still running when the drain ends is waited for, and a failure of it
 // logged.
@@ -263,14 +264,14 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 		}()
 		// The previous batch's settle has run beside the start of this
 		// delivery. While the sink is still applying, the claim ahead waits
-		// for that settle, so that it sees that batch's aggregates released
-		// and its rows marked (rows behind them would otherwise be held back
+		// for that settle, so that it sees that batch ended and its rows
+		// marked (rows behind them would otherwise be held back
 		// and the claim come out short); the wait costs nothing, as the
 		// sink is slower. A sink that is done first (fast, or a small
 		// batch) would leave the settle alone on the drain's path: then the
 		// claim ahead runs beside it. Either way the claim sees the previous
-		// batch's aggregates leased or released, never in between (one
-		// settle statement), so order holds as for a claim beside another
+		// batch in flight or ended, never in between (one settle
+		// statement), so order holds as for a claim beside another
 		// worker's settle. A failure of that settle counts as this batch's
 		// own.
 		var applied outcome
@@ -305,9 +306,9 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 			r.waitAfter(ctx, err, backoff)
 			continue
 		}
-		// Marked while the next batch is delivered: this batch's aggregates
-		// stay leased until its settle ends them, so the next batch, claimed
-		// meanwhile, holds none of them, and a row is still marked only after
+		// Marked while the next batch is delivered: this batch stays in
+		// flight until its settle ends it, so the next batch, claimed
+		// meanwhile, holds none of its aggregates, and a row is still marked only after
 		// the sink committed it.
 		settled = make(chan error, 1)
 		go func() { settled <- r.settle(ctx, c, applied.st) }()
@@ -375,7 +376,7 @@ func (r *worker) handBack(ctx context.Context, c claimed) {
 	st := settlement{released: append(messageIDs(c.messages), messageIDs(c.unreadable)...)}
 	bookCtx, cancel := bookkeeping(ctx)
 	defer cancel()
-	if _, _, err := r.store.OutboxSettle(bookCtx, c.holder, st, c.aggregates); err != nil {
+	if _, _, err := r.store.OutboxSettle(bookCtx, c.holder, st); err != nil {
 		r.log.Warn("could not hand back a batch claimed ahead; its rows are free again when their lease runs out",
 			zap.Int("rows", len(st.released)), zap.String("error", redactLog(err.Error())))
 	}
@@ -569,8 +570,7 @@ func (r *worker) pass(ctx context.Context, claim func(context.Context) (claimed,
 }
 
 // finish delivers a claimed batch and records the outcome: failures first,
-// then one settling statement for the rest that also ends the leases of the
-// batch's aggregates.
+// then one settling statement for the rest that also ends the batch.
 func (r *worker) finish(ctx context.Context, c claimed) error {
 	if c.taken() == 0 {
 		return nil
@@ -628,12 +628,12 @@ func heldBehind(messages, failed []Message) (deliver []Message, held []int64) {
 }
 
 // settle ends a batch in one statement: marks what was applied, hands back
-// the rest and ends the leases of the batch's aggregates.
+// the rest and ends the batch.
 func (r *worker) settle(ctx context.Context, c claimed, st settlement) error {
 	bookCtx, bookCancel := bookkeeping(ctx)
 	defer bookCancel()
 	settling := time.Now()
-	marked, due, err := r.store.OutboxSettle(bookCtx, c.holder, st, c.aggregates)
+	marked, due, err := r.store.OutboxSettle(bookCtx, c.holder, st)
 	r.metrics.settleDuration.Observe(time.Since(settling).Seconds())
 	if err != nil {
 		// Rows applied but not marked will be delivered again after their
@@ -668,7 +668,7 @@ func (r *worker) deliver(ctx context.Context, c claimed) (settlement, error) {
 	renewStopped := make(chan struct{})
 	go func() {
 		defer close(renewStopped)
-		r.renewLease(deliverCtx, c.holder, ids, c.aggregates, renewDone)
+		r.renewLease(deliverCtx, c.holder, len(ids), renewDone)
 	}()
 	rejected, sinkErr := r.sink.Deliver(deliverCtx, batch)
 	close(renewDone)
@@ -766,15 +766,16 @@ func (r *worker) recordFailures(ctx context.Context, holder string, failed []Mes
 
 // bookkeeping is the context of a statement that records what became of a
 // claimed batch (settle, hand back, failures): it must run even when ctx was
-// cancelled between the claim and now (a soft stop), or the batch's rows
-// would stay leased, their attempts counted, until the lease runs out. It is
+// cancelled between the claim and now (a soft stop), or the batch would
+// stay in flight until its lease runs out, and the takeover count an attempt
+// for each of its rows. It is
 // bounded by its own timeout instead.
 func bookkeeping(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 }
 
 // renewLease extends the batch's lease every Lease/3 until done is closed.
-func (r *worker) renewLease(ctx context.Context, holder string, ids []int64, aggs aggregates, done <-chan struct{}) {
+func (r *worker) renewLease(ctx context.Context, holder string, rows int, done <-chan struct{}) {
 	ticker := time.NewTicker(r.cfg.Lease / 3)
 	defer ticker.Stop()
 	for {
@@ -788,7 +789,7 @@ func (r *worker) renewLease(ctx context.Context, holder string, ids []int64, agg
 			// failover) would hold the delivery, which waits for it, until
 			// TCP gave up, long after the lease ran out.
 			renewCtx, cancel := context.WithTimeout(ctx, r.cfg.Lease/3)
-			err := r.store.OutboxExtendLease(renewCtx, holder, ids, aggs)
+			err := r.store.OutboxExtendLease(renewCtx, holder, rows)
 			cancel()
 			if err != nil {
 				r.log.Warn("could not renew lease", zap.String("error", redactLog(err.Error())))

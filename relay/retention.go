@@ -68,8 +68,8 @@ type RetentionReport struct {
 	Archived          int64
 	PartitionsCreated []string
 	PartitionsDropped []string
-	// LeasesRemoved counts aggregate leases that had run out over
-	// StaleLeaseAge ago (their relay died; their aggregate got no event since).
+	// LeasesRemoved counts aggregate holds that had run out over
+	// StaleLeaseAge ago (their aggregate got no event since).
 	LeasesRemoved int64
 }
 

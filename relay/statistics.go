@@ -19,7 +19,7 @@ import (
 // outage) faster than autovacuum's ANALYZE follows. A plan made with
 // statistics that see no pending rows is ruinous for the claim: it walks the
 // pending rows of the claim index to find each row's predecessor and matches
-// every leased aggregate against every row, so a claim of 2,000 rows takes
+// every hold against every row, so a claim of 2,000 rows takes
 // seconds instead of tens of milliseconds (docs/adr/0015). The relay
 // therefore checks, when a claim finds a backlog, whether the planner knows
 // about it, and brings the statistics up to date if not.

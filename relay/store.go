@@ -2,10 +2,13 @@ package relay
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,22 +23,30 @@ import (
 // one short transaction or statement; no lock is held across a delivery.
 type store struct {
 	pool *pgxpool.Pool
-	// relayID names the worker (process/worker); each claim leases its rows
-	// and aggregates under relayID#n, n counted by claims.
-	relayID string
-	claims  atomic.Uint64
-	cfg     Config
+	// relayID names the worker (process/worker); each claim records its
+	// batch as relayID#nonce.n, n counted by claims (nonce: this store's,
+	// random, so that two processes given one --relay-id never share one).
+	relayID   string
+	nonce     string
+	nonceOnce sync.Once
+	claims    atomic.Uint64
+	// fullWalk is when a poll claim last walked the whole claim index
+	// (unix nanoseconds): see OutboxClaim.
+	fullWalk atomic.Int64
+	cfg       Config
 	// stats is the relay's keeper of the planner's statistics (nil: none).
 	stats *statistics
 }
 
-// nextHolder is the lease identity of one claim. Every statement that ends
-// or renews a batch's leases names it, so a batch whose lease ran out and
-// whose rows or aggregates were claimed again (by another relay, or by this
-// worker's next claim) can no longer mark, release or unlease them: a late
-// settle touches nothing but its own claim's leases.
+// nextHolder is the identity of one claim, its batch's key in
+// outbox_batches. Every statement that ends, renews, records a failure in
+// or dead-letters from a batch names it and locks its row first, so a batch
+// whose lease ran out and was taken over (by another relay, or by this
+// worker's next claim) can no longer mark, release, fail or dead-letter its
+// rows: a late settle touches nothing.
 func (s *store) nextHolder() string {
-	return s.relayID + "#" + strconv.FormatUint(s.claims.Add(1), 10)
+	s.nonceOnce.Do(func() { s.nonce = rand.Text()[:8] })
+	return s.relayID + "#" + s.nonce + "." + strconv.FormatUint(s.claims.Add(1), 10)
 }
 
 // claimed is the result of a claim: messages to deliver, in delivery order,
@@ -49,10 +60,7 @@ type claimed struct {
 	// events, recorded with unreadableErrs like a sink's rejections.
 	unreadable     []Message
 	unreadableErrs map[int64]error
-	// aggregates are the aggregates the claim leased: every row it took
-	// belongs to one. Settling the batch ends their leases.
-	aggregates aggregates
-	// holder is the claim's lease identity (store.nextHolder).
+	// holder is the claim's identity (store.nextHolder).
 	holder string
 	// limit is the most rows the claim could take (poll claims), and
 	// window how many due rows it looked at (0 when it took nothing).
@@ -74,41 +82,32 @@ func (c claimed) payloadBytes() int64 {
 	return n
 }
 
-// aggregates is a set of aggregates as the parallel arrays the statements
-// take (tenant ids, types, ids).
-type aggregates struct {
-	tenantIDs []int64
-	types     []string
-	ids       []int64
-}
-
 type aggregateKey struct {
 	tenantID int64
 	typ      string
 	id       int64
 }
 
-func (a *aggregates) add(seen map[aggregateKey]bool, m Message) {
-	k := aggregateKey{m.TenantID, m.AggregateType, m.AggregateID}
-	if seen[k] {
-		return
-	}
-	seen[k] = true
-	a.tenantIDs = append(a.tenantIDs, k.tenantID)
-	a.types = append(a.types, k.typ)
-	a.ids = append(a.ids, k.id)
-}
-
-// The claim statements: a window, then the rules every claim shares
+// The claim statements: a window, then what the rules need of each row
+// (pick works them out)
 // (sql/queries/outbox.sql, docs/adr/0012).
 var (
-	claimPollSQL = gsql.Query("OutboxClaimPollWindow") + "\n" + gsql.Query("OutboxClaimTail")
-	claimByIDSQL = gsql.Query("OutboxClaimByIDWindow") + "\n" + gsql.Query("OutboxClaimTail")
+	claimPollSQL = gsql.Query("OutboxClaimPollWindow") + "\n" + gsql.Query("OutboxClaimRead")
+	claimByIDSQL = gsql.Query("OutboxClaimByIDWindow") + "\n" + gsql.Query("OutboxClaimRead")
 )
 
 // OutboxClaim claims up to limit due rows in id order.
 func (s *store) OutboxClaim(ctx context.Context, limit int) (claimed, error) {
-	c, err := s.claim(ctx, claimPollSQL, limit)
+	// A claim passes over the ids between the batches in flight, unless the
+	// last whole walk is a second old: a row left between them (behind a
+	// batch of its aggregate, or committed late) waits a second at most,
+	// however long a batch stays in flight.
+	now := time.Now().UnixNano()
+	pass := now-s.fullWalk.Load() < int64(time.Second)
+	if !pass {
+		s.fullWalk.Store(now)
+	}
+	c, err := s.claim(ctx, claimPollSQL, limit, pass)
 	// A window of a batch or more is a backlog, as is a full one when the
 	// limit was cut below a batch (large events, a suspect batch split
 	// down). A lower bar than sizeForBacklog's (a window as large as the
@@ -170,23 +169,25 @@ func inIDOrderWithinAggregates(ms []Message) {
 	}
 }
 
-// claim runs one claim: its planner settings and the claim statement go in
-// one round trip and one (implicit) transaction. The statement picks, leases
-// and counts the attempt of what it takes (sql/queries/outbox.sql); no lock
-// is held between claims, so the workers of every relay claim concurrently.
+// claim runs one claim in one transaction: its planner settings, the claim
+// lock, the takeover of batches whose lease ran out and the read of the
+// window go in one round trip; pick works out what it takes, and the batch
+// is recorded in one row (sql/queries/outbox.sql, docs/adr/0018). The lock
+// is held to the claim's commit only, so claims take turns and every
+// settle and delivery runs beside them.
 //
-// A row whose last lease ran out unanswered (orphaned) was in a batch whose
-// relay died. Once is most likely not the row's fault (a deploy, a SIGKILL),
-// so orphans are reclaimed in batches like any row. A row orphaned a second
-// time is suspect: the statement takes it alone, so a row that crashes
-// relays only burns its own attempts, not its batch-mates'.
+// A row whose batch was taken over (orphaned) was in a batch whose relay
+// died. Once is most likely not the row's fault (a deploy, a SIGKILL), so
+// orphans are reclaimed in batches like any row. A row orphaned a second
+// time is suspect: the claim takes it alone, so a row that crashes relays
+// only burns its own attempts, not its batch-mates'.
 //
 // Once sent, a claim is not cancelled with ctx: PostgreSQL may commit it
-// after the client gave up, leaving rows leased that nobody delivers or
-// hands back until the lease runs out (a soft stop must leave nothing
-// leased). It is bounded by the lease instead, and the caller delivers or
+// after the client gave up, leaving a batch in flight that nobody delivers
+// or hands back until its lease runs out (a soft stop must leave nothing in
+// flight). It is bounded by the lease instead, and the caller delivers or
 // hands back what it took.
-func (s *store) claim(ctx context.Context, statement string, arg any) (claimed, error) {
+func (s *store) claim(ctx context.Context, statement string, args ...any) (claimed, error) {
 	var result claimed
 	if err := ctx.Err(); err != nil {
 		return result, err
@@ -194,51 +195,58 @@ func (s *store) claim(ctx context.Context, statement string, arg any) (claimed, 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Lease)
 	defer cancel()
 	result.holder = s.nextHolder()
-	batch := &pgx.Batch{}
-	batch.Queue(gsql.Query("OutboxClaimSettings"))
-	batch.Queue(statement, arg, result.holder, s.cfg.Lease, s.cfg.MaxBatchBytes)
-	type taken struct {
-		msg       Message
-		problem   error
-		lastError string
-		window    int64
-	}
-	var takenRows []taken
-	err := func() error {
-		br := s.pool.SendBatch(ctx, batch)
+	var window []windowRow
+	var taken []windowRow
+	// Read committed, whatever the role's default: each statement's snapshot
+	// is taken after the claim lock, so the claim sees every batch recorded
+	// before it.
+	idle := strconv.FormatInt(max(s.cfg.Lease/3, time.Second).Milliseconds(), 10)
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		batch := &pgx.Batch{}
+		batch.Queue(gsql.Query("OutboxClaimSettings"), idle)
+		batch.Queue(gsql.Query("OutboxClaimLock"))
+		batch.Queue(gsql.Query("OutboxClaimTakeover"))
+		batch.Queue(statement, args...)
+		br := tx.SendBatch(ctx, batch)
 		defer br.Close()
-		if _, err := br.Exec(); err != nil {
-			return err
+		for range 3 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
 		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
-		// Scanning cannot fail on a row PostgreSQL accepted: the payload is
-		// taken as bytes (decoding is the sink's job, per event) and the
-		// timestamp as a value that can be infinite.
-		takenRows, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (taken, error) {
-			var t taken
-			var err error
-			t.msg, t.problem, t.lastError, err = scanMessage(row, &t.window)
-			return t, err
-		})
-		if err != nil {
+		if window, err = pgx.CollectRows(rows, scanWindowRow); err != nil {
 			return err
 		}
-		return br.Close()
-	}()
+		if err := br.Close(); err != nil {
+			return err
+		}
+		sort.Slice(window, func(i, j int) bool { return window[i].msg.ID < window[j].msg.ID })
+		taken = pick(window, s.cfg.MaxBatchBytes)
+		if len(taken) == 0 {
+			return nil
+		}
+		ids := make([]int64, len(taken))
+		keys := make([]int64, len(taken))
+		for i, t := range taken {
+			ids[i], keys[i] = t.msg.ID, t.aggregateKey
+		}
+		_, err = tx.Exec(ctx, gsql.Query("OutboxClaimRecord"), result.holder, s.cfg.Lease, ids[0], ids[len(ids)-1], ids, keys)
+		return err
+	})
 	if err != nil {
 		return claimed{holder: result.holder}, fmt.Errorf("claim outbox batch: %w", err)
 	}
-	sort.Slice(takenRows, func(i, j int) bool { return takenRows[i].msg.ID < takenRows[j].msg.ID })
-	seen := make(map[aggregateKey]bool, len(takenRows))
+	if len(taken) > 0 {
+		result.window = len(window)
+	}
 	var exhausted []int64
 	var reasons []string
-	for _, t := range takenRows {
+	for _, t := range taken {
 		m := t.msg
-		result.window = int(t.window)
-		result.aggregates.add(seen, m)
 		switch {
 		case int(m.Attempts) > s.cfg.MaxAttempts:
 			exhausted = append(exhausted, m.ID)
@@ -260,17 +268,16 @@ func (s *store) claim(ctx context.Context, statement string, arg any) (claimed, 
 			return err
 		})
 		if err != nil {
-			// The exhausted rows stay leased until their lease runs out; the
-			// next claim after that counts the attempt again and retries the
-			// move. The rest of the batch goes back at once, uncounted: it
-			// did nothing wrong (rows behind an exhausted one still wait, as
-			// their predecessor is leased). A claim that fails takes nothing.
+			// The exhausted rows stay in flight until the lease runs out;
+			// the takeover then counts the attempt again and the next claim
+			// retries the move. The rest of the batch goes back at once,
+			// uncounted: it did nothing wrong (rows behind an exhausted one
+			// still wait, their predecessor in flight). A claim that fails
+			// takes nothing.
 			err = fmt.Errorf("claim outbox batch: %w", err)
-			rest := settlement{released: append(messageIDs(result.messages), messageIDs(result.unreadable)...)}
-			if len(rest.released) > 0 {
-				if _, _, backErr := s.OutboxSettle(ctx, result.holder, rest, result.aggregates); backErr != nil {
-					err = errors.Join(err, fmt.Errorf("hand back the rest of the batch (free again when its lease runs out): %w", backErr))
-				}
+			rest := slices.Concat(messageIDs(result.messages), messageIDs(result.unreadable))
+			if _, backErr := s.pool.Exec(ctx, gsql.Query("OutboxBatchKeep"), result.holder, exhausted, nonNil(rest)); backErr != nil {
+				err = errors.Join(err, fmt.Errorf("hand back the rest of the batch (free again when its lease runs out): %w", backErr))
 			}
 			return claimed{holder: result.holder}, err
 		}
@@ -289,31 +296,104 @@ func exhaustedReason(maxAttempts int, lastError string) string {
 	return reason
 }
 
-// scanMessage reads one taken row. problem is set for a row that cannot be
-// handed to a sink; err only for a failure of the scan itself. lastError is
-// the error recorded for the row's previous attempt, if any.
-func scanMessage(row pgx.CollectableRow, window *int64) (m Message, problem error, lastError string, err error) {
+// windowRow is one row of a claim's window with what the rules need
+// (sql/queries/outbox.sql, OutboxClaimRead).
+type windowRow struct {
+	msg Message
+	// problem is set for a row that cannot be handed to a sink; lastError
+	// is the error recorded for the row's previous attempt, if any.
+	problem   error
+	lastError string
+	// suspect: orphaned more than once (taken alone).
+	suspect bool
+	// prevPending is the aggregate's pending row just before this one.
+	prevPending pgtype.Int8
+	// aggregateKey is its aggregate's key (outbox_aggregate_key), and
+	// inFlight whether a batch in flight holds that aggregate.
+	aggregateKey int64
+	inFlight     bool
+}
+
+// scanWindowRow reads one row of a claim's window. Scanning cannot fail on a
+// row PostgreSQL accepted: the payload is taken as bytes (decoding is the
+// sink's job, per event) and the timestamp as a value that can be infinite;
+// a row the sink could not take gets problem instead.
+func scanWindowRow(row pgx.CollectableRow) (windowRow, error) {
+	var w windowRow
+	m := &w.msg
 	var trace, last pgtype.Text
 	var occurred pgtype.Timestamptz
 	var payload []byte
 	var tenantKnown bool
-	err = row.Scan(&m.ID, &m.TenantID, &m.AggregateType, &m.AggregateID, &m.EventType,
-		&m.EventVersion, &payload, &occurred, &m.Attempts, &trace, &tenantKnown, &last, window)
-	if err != nil {
-		return m, nil, "", err
+	if err := row.Scan(&m.ID, &m.TenantID, &m.AggregateType, &m.AggregateID, &m.EventType,
+		&m.EventVersion, &payload, &occurred, &m.Attempts, &trace, &tenantKnown, &last,
+		&w.suspect, &w.prevPending, &w.aggregateKey, &w.inFlight); err != nil {
+		return w, err
 	}
 	m.Payload = payload
 	m.TraceID = trace.String
 	m.OccurredAt = occurred.Time
+	w.lastError = last.String
 	switch {
 	case !tenantKnown:
-		problem = fmt.Errorf("%s %d (%s): tenant %d does not exist in PostgreSQL (tenants table); the event is not applied",
+		w.problem = fmt.Errorf("%s %d (%s): tenant %d does not exist in PostgreSQL (tenants table); the event is not applied",
 			clip(m.EventType, 64), m.AggregateID, clip(m.AggregateType, 64), m.TenantID)
 	case occurred.InfinityModifier != pgtype.Finite:
-		problem = fmt.Errorf("%s %d (%s): occurred_at is %s, not a point in time",
+		w.problem = fmt.Errorf("%s %d (%s): occurred_at is %s, not a point in time",
 			clip(m.EventType, 64), m.AggregateID, clip(m.AggregateType, 64), occurred.InfinityModifier)
 	}
-	return m, problem, last.String, nil
+	return w, nil
+}
+
+// pick works out what a claim takes of its window (in id order), by the
+// rules every claim keeps (docs/adr/0012, 0018):
+//   - order and block-on-error: a row goes only with its predecessor (the
+//     aggregate's pending row just before it); one that is not in the
+//     window before it (in flight, waiting for a retry or a dependency, not
+//     due yet, named by no stream batch) holds the row back, and with it
+//     every later row of the aggregate;
+//   - one batch in flight per aggregate: no row of an aggregate a batch in
+//     flight holds (a lower id that committed late must not be delivered
+//     beside a higher one in delivery);
+//   - a suspect orphan goes alone, so a row that crashes relays burns only
+//     its own attempts; the rows after it wait for the next claim;
+//   - at most maxBytes of payload, and at least one row: rows are cut in id
+//     order, so each aggregate keeps a prefix of its chain.
+func pick(window []windowRow, maxBytes int64) []windowRow {
+	type chain struct {
+		last   int64 // its previous row in the window
+		broken bool
+	}
+	chains := make(map[aggregateKey]*chain, len(window))
+	var picked []windowRow
+	var bytes int64
+	for _, w := range window {
+		m := w.msg
+		k := aggregateKey{m.TenantID, m.AggregateType, m.AggregateID}
+		c := chains[k]
+		if c == nil {
+			c = &chain{}
+			chains[k] = c
+		}
+		inWindow := c.last == 0 && !w.prevPending.Valid || w.prevPending.Valid && w.prevPending.Int64 == c.last
+		c.last = m.ID
+		if c.broken || w.inFlight || !inWindow {
+			c.broken = true
+			continue
+		}
+		if w.suspect {
+			if len(picked) == 0 {
+				return []windowRow{w}
+			}
+			return picked
+		}
+		bytes += int64(len(m.Payload))
+		if bytes > maxBytes && len(picked) > 0 {
+			return picked
+		}
+		picked = append(picked, w)
+	}
+	return picked
 }
 
 // NextHoldEnds says how long until the first hold of an aggregate runs out
@@ -352,14 +432,14 @@ type settlement struct {
 }
 
 // OutboxSettle ends the batch of the claim holder in one statement: marks,
-// releases and defers its rows and ends the leases of its aggregates. It
-// returns how many applied rows were marked (a row whose lease was taken
-// over is left to its new holder) and, when rows were deferred, how long
-// until the first of them is due.
-func (s *store) OutboxSettle(ctx context.Context, holder string, st settlement, aggs aggregates) (marked int64, due time.Duration, err error) {
+// releases and defers its rows, and ends the batch. It returns how many
+// applied rows were marked (none when the batch was taken over: its rows
+// are another claim's) and, when rows were deferred, how long until the
+// first of them is due.
+func (s *store) OutboxSettle(ctx context.Context, holder string, st settlement) (marked int64, due time.Duration, err error) {
 	var dueSeconds *float64
 	err = s.pool.QueryRow(ctx, gsql.Query("OutboxSettle"), nonNil(st.applied), nonNil(st.released), nonNil(st.deferred),
-		holder, s.cfg.DependencyWait, nonNil(aggs.tenantIDs), nonNil(aggs.types), nonNil(aggs.ids), s.cfg.DependencyWaitMax).Scan(&marked, &dueSeconds)
+		holder, s.cfg.DependencyWait, s.cfg.DependencyWaitMax).Scan(&marked, &dueSeconds)
 	if err != nil {
 		return 0, 0, fmt.Errorf("settle a batch of %d outbox rows (%d applied): %w",
 			len(st.applied)+len(st.released)+len(st.deferred), len(st.applied), err)
@@ -370,12 +450,11 @@ func (s *store) OutboxSettle(ctx context.Context, holder string, st settlement, 
 	return marked, due, nil
 }
 
-// OutboxExtendLease renews the lease of the claim holder's rows in delivery
-// and of their aggregates.
-func (s *store) OutboxExtendLease(ctx context.Context, holder string, ids []int64, aggs aggregates) error {
-	if _, err := s.pool.Exec(ctx, gsql.Query("OutboxExtendLease"), ids, holder, s.cfg.Lease,
-		nonNil(aggs.tenantIDs), nonNil(aggs.types), nonNil(aggs.ids)); err != nil {
-		return fmt.Errorf("extend lease of %d outbox rows: %w", len(ids), err)
+// OutboxExtendLease renews the lease of the claim holder's batch (of n
+// rows, for the error).
+func (s *store) OutboxExtendLease(ctx context.Context, holder string, n int) error {
+	if _, err := s.pool.Exec(ctx, gsql.Query("OutboxExtendLease"), holder, s.cfg.Lease); err != nil {
+		return fmt.Errorf("extend lease of a batch of %d outbox rows: %w", n, err)
 	}
 	return nil
 }

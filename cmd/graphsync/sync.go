@@ -46,7 +46,7 @@ func (f *syncFlags) register(fs *flag.FlagSet) {
 	f.conn.register(fs, true)
 	fs.StringVar(&f.wake, "wake", "poll", "wake mode: poll, notify or stream (env GRAPHSYNC_WAKE)")
 	fs.StringVar(&f.httpAddr, "http-addr", ":8080", "address of /metrics, /healthz and /readyz; empty disables (env GRAPHSYNC_HTTP_ADDR)")
-	fs.StringVar(&f.relay.ID, "relay-id", "", "this process's name in outbox_messages.locked_by (default host-pid-random)")
+	fs.StringVar(&f.relay.ID, "relay-id", "", "this process's name in the batches it claims, outbox_batches.holder (default host-pid-random)")
 	fs.IntVar(&f.relay.Workers, "workers", 1, "concurrent claim-deliver loops in this process")
 	fs.IntVar(&f.relay.BatchSize, "batch-size", 500, "most rows per claim and per Neo4j transaction")
 	fs.IntVar(&f.relay.BacklogBatchSize, "backlog-batch-size", 0, "most rows per claim and per Neo4j transaction while a backlog exists: full claims double the batch up to this (default 4 × --batch-size; equal to --batch-size keeps batches fixed)")
