@@ -88,9 +88,8 @@ type aggregateKey struct {
 	id       int64
 }
 
-// The claim statements: a window, then what the rules need of each row
-// (pick works them out)
-// (sql/queries/outbox.sql, docs/adr/0012).
+// The claim statements: a window, then what the rules need of each row,
+// which pick works out (sql/queries/outbox.sql, docs/adr/0012 and 0018).
 var (
 	claimPollSQL = gsql.Query("OutboxClaimPollWindow") + "\n" + gsql.Query("OutboxClaimRead")
 	claimByIDSQL = gsql.Query("OutboxClaimByIDWindow") + "\n" + gsql.Query("OutboxClaimRead")
