@@ -33,7 +33,7 @@ type store struct {
 	// fullWalk is when a poll claim last walked the whole claim index
 	// (unix nanoseconds): see OutboxClaim.
 	fullWalk atomic.Int64
-	cfg       Config
+	cfg      Config
 	// stats is the relay's keeper of the planner's statistics (nil: none).
 	stats *statistics
 }
