@@ -265,8 +265,8 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 		// The previous batch's settle has run beside the start of this
 		// delivery. While the sink is still applying, the claim ahead waits
 		// for that settle, so that it sees that batch ended and its rows
-		// marked (rows behind them would otherwise be held back
-		// and the claim come out short); the wait costs nothing, as the
+		// marked (rows behind them would otherwise be held back and the
+		// claim come out short); the wait costs nothing, as the
 		// sink is slower. A sink that is done first (fast, or a small
 		// batch) would leave the settle alone on the drain's path: then the
 		// claim ahead runs beside it. Either way the claim sees the previous
@@ -308,8 +308,8 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 		}
 		// Marked while the next batch is delivered: this batch stays in
 		// flight until its settle ends it, so the next batch, claimed
-		// meanwhile, holds none of its aggregates, and a row is still marked only after
-		// the sink committed it.
+		// meanwhile, holds none of its aggregates, and a row is still
+		// marked only after the sink committed it.
 		settled = make(chan error, 1)
 		go func() { settled <- r.settle(ctx, c, applied.st) }()
 		backoff.reset()
@@ -768,8 +768,7 @@ func (r *worker) recordFailures(ctx context.Context, holder string, failed []Mes
 // claimed batch (settle, hand back, failures): it must run even when ctx was
 // cancelled between the claim and now (a soft stop), or the batch would
 // stay in flight until its lease runs out, and the takeover count an attempt
-// for each of its rows. It is
-// bounded by its own timeout instead.
+// for each of its rows. It is bounded by its own timeout instead.
 func bookkeeping(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 }
