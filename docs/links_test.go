@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"unicode"
@@ -43,8 +44,9 @@ func TestRelativeLinksResolve(t *testing.T) {
 	}
 }
 
-// TestBrokenLinkIsFound proves the check can fail: a page with a link to a
-// missing file and one to a missing heading gives two problems.
+// TestBrokenLinkIsFound proves the check can fail: a link to a missing
+// file, one to a missing heading and one whose text wraps onto the next
+// line are found, with their line numbers; links in code are not read.
 func TestBrokenLinkIsFound(t *testing.T) {
 	dir := t.TempDir()
 	page := filepath.Join(dir, "page.md")
@@ -52,13 +54,16 @@ func TestBrokenLinkIsFound(t *testing.T) {
 	writeFile(t, other, "# Other page\n\n## Wake modes\n")
 	writeFile(t, page, "# Page\n\nSee [missing](missing.md), [there](other.md#wake-modes), "+
 		"[nowhere](other.md#no-such-heading), [here](#page) and [web](https://example.com/x.md).\n\n"+
-		"```\n[in a fence](not-checked.md)\n```\n\nAnd `[in code](not-checked.md)`.\n")
+		"```\n[in a fence](not-checked.md)\n```\n\nAnd `[in code](not-checked.md)`, and a [link that\nwraps](wrapped-missing.md).\n")
 	problems := brokenLinks(page)
-	if len(problems) != 2 {
-		t.Fatalf("want 2 problems (missing.md, #no-such-heading), got %d: %q", len(problems), problems)
+	want := []string{`:3: link "missing.md"`, `:3: link "other.md#no-such-heading"`, `:10: link "wrapped-missing.md"`}
+	if len(problems) != len(want) {
+		t.Fatalf("want %d problems, got %d: %q", len(want), len(problems), problems)
 	}
-	if !strings.Contains(problems[0], "missing.md") || !strings.Contains(problems[1], "no-such-heading") {
-		t.Fatalf("problems name the wrong links: %q", problems)
+	for i, w := range want {
+		if !strings.Contains(problems[i], w) {
+			t.Errorf("problem %d: want %s in %q", i, w, problems[i])
+		}
 	}
 }
 
@@ -98,31 +103,35 @@ func brokenLinks(file string) []string {
 	if err != nil {
 		return []string{fmt.Sprintf("%s: %v", file, err)}
 	}
-	var problems []string
-	for i, line := range proseLines(string(text)) {
-		if line == "" {
-			continue
-		}
-		var targets []string
-		for _, m := range inlineLink.FindAllStringSubmatch(line, -1) {
-			targets = append(targets, m[1])
-		}
-		for _, m := range referenceLink.FindAllStringSubmatch(line, -1) {
-			targets = append(targets, m[1])
-		}
-		for _, target := range targets {
+	// A link's text may wrap onto the next line, so the patterns run over
+	// the whole prose, not line by line.
+	prose := proseText(string(text))
+	type found struct {
+		offset  int
+		problem string
+	}
+	var all []found
+	for _, pattern := range []*regexp.Regexp{inlineLink, referenceLink} {
+		for _, m := range pattern.FindAllStringSubmatchIndex(prose, -1) {
+			target := prose[m[2]:m[3]]
 			if problem := checkTarget(file, target); problem != "" {
-				problems = append(problems, fmt.Sprintf("%s:%d: link %q: %s", file, i+1, target, problem))
+				line := 1 + strings.Count(prose[:m[2]], "\n")
+				all = append(all, found{m[2], fmt.Sprintf("%s:%d: link %q: %s", file, line, target, problem)})
 			}
 		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].offset < all[j].offset })
+	problems := make([]string, len(all))
+	for i, f := range all {
+		problems[i] = f.problem
 	}
 	return problems
 }
 
-// proseLines returns the file's lines with fenced code blocks blanked and
-// inline code removed (a link shown as code is not a link), keeping line
-// numbers.
-func proseLines(text string) []string {
+// proseText returns the file with fenced code blocks and inline code
+// blanked (a link shown as code is not a link), keeping every line break so
+// that offsets still give line numbers.
+func proseText(text string) string {
 	lines := strings.Split(text, "\n")
 	inFence := false
 	for i, line := range lines {
@@ -134,11 +143,11 @@ func proseLines(text string) []string {
 		}
 		if inFence {
 			lines[i] = ""
-			continue
 		}
-		lines[i] = inlineCode.ReplaceAllString(line, "")
 	}
-	return lines
+	return inlineCode.ReplaceAllStringFunc(strings.Join(lines, "\n"), func(code string) string {
+		return strings.Repeat("\n", strings.Count(code, "\n"))
+	})
 }
 
 // checkTarget says what is wrong with one link target of file, or "".
