@@ -11,7 +11,7 @@ import (
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
-	"graphsync/internal/redact"
+	"graphsync/redact"
 	"graphsync/retrieve"
 )
 

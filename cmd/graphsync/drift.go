@@ -16,7 +16,7 @@ import (
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
 	"graphsync/drift"
-	"graphsync/internal/redact"
+	"graphsync/redact"
 )
 
 // runDrift is `graphsync drift`: exit 0 when drift <= --threshold, 1 when

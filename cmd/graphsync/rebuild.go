@@ -19,9 +19,9 @@ import (
 	"golang.org/x/term"
 
 	"graphsync/events"
-	"graphsync/internal/redact"
 	"graphsync/projector"
 	"graphsync/rebuild"
+	"graphsync/redact"
 )
 
 // runRebuild is `graphsync rebuild`: the graph, or one tenant, from

@@ -21,8 +21,8 @@ import (
 	"go.uber.org/zap"
 
 	"graphsync/events"
-	"graphsync/internal/redact"
 	"graphsync/projector"
+	"graphsync/redact"
 	"graphsync/relay"
 	gsql "graphsync/sql"
 )
@@ -430,7 +430,7 @@ func warmUp(ctx context.Context, sink *projector.Projector, log *zap.Logger) {
 	defer cancel()
 	start := time.Now()
 	if err := sink.WarmUp(ctx); err != nil {
-		log.Warn("Neo4j did not plan the statements ahead; the first batches will", zap.String("error", relay.RedactText(err.Error())))
+		log.Warn("Neo4j did not plan the statements ahead; the first batches will", zap.String("error", redact.ErrorText(err.Error())))
 		return
 	}
 	log.Info("Neo4j planned the projector's statements", zap.Duration("took", time.Since(start)))
