@@ -113,7 +113,7 @@ func propertyFindings(model graphmodel.Model, label graphmodel.Label, props map[
 			}
 		}
 		if !allowed {
-			add(PropertyNotAllowed, fmt.Sprintf("property %s = %s is outside the allowlist", k, show(props[k])), &repairAction{removeProp: k})
+			add(PropertyNotAllowed, fmt.Sprintf("property %s (%s) is outside the allowlist", k, valueKind(props[k])), &repairAction{removeProp: k})
 		}
 	}
 }
@@ -190,7 +190,7 @@ func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 				add(PersonalData, fmt.Sprintf("%s: property %s holds %s", relText(r, got.id), name, what), remove)
 				continue
 			}
-			add(PropertyNotAllowed, fmt.Sprintf("%s: property %s = %s is outside the allowlist", relText(r, got.id), name, show(r.props[name])), remove)
+			add(PropertyNotAllowed, fmt.Sprintf("%s: property %s (%s) is outside the allowlist", relText(r, got.id), name, valueKind(r.props[name])), remove)
 		}
 	}
 	for _, r := range exp.rels {

@@ -3,6 +3,9 @@ package drift
 import (
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j/dbtype"
 
 	"graphsync/graphmodel"
 )
@@ -78,7 +81,44 @@ func personalData(v any) string {
 	return ""
 }
 
+// valueKind names the kind of a value ("text of 12 characters", "an
+// integer", "a list of 3"), which is all a report says of a property outside
+// the allowlist: its value is no fact the projection vouches for and may be
+// anything (a name, a birth date) that no report may carry.
+func valueKind(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return fmt.Sprintf("text of %d characters", len([]rune(x)))
+	case int64, int:
+		return "an integer"
+	case float64:
+		return "a float"
+	case bool:
+		return "a boolean"
+	case []any:
+		return fmt.Sprintf("a list of %d", len(x))
+	case []byte:
+		return fmt.Sprintf("%d bytes", len(x))
+	case dbtype.Date:
+		return "a date"
+	case dbtype.LocalDateTime:
+		return "a local datetime"
+	case time.Time:
+		return "a datetime"
+	case dbtype.LocalTime, dbtype.Time:
+		return "a time"
+	case dbtype.Duration:
+		return "a duration"
+	case dbtype.Point2D, dbtype.Point3D:
+		return "a point"
+	}
+	return "a value"
+}
+
 // show renders a value for a report: personal data masked, long text cut.
+// Only for values of the allowlist: see valueKind for any other.
 func show(v any) string {
 	if v == nil {
 		return "null"
