@@ -69,6 +69,9 @@ type run struct {
 	// per row).
 	cappedKept map[Kind]int
 	cappedMore map[cappedKey]int
+	// outboxLastDrawn is the outbox id sequence's value read last
+	// (aboveOutboxSequence).
+	outboxLastDrawn int64
 }
 
 // cappedKey is where a counted-only finding is counted.
@@ -227,7 +230,11 @@ func (r *run) firstPass(ctx context.Context, tx pgx.Tx, tenant int64) error {
 				counts.Nodes++
 			}
 			id := idOf(exp, got)
-			if findings := compareNode(r.model, tenant, label, exp, got); len(findings) > 0 {
+			findings, err := r.withStamps(ctx, tenant, label, exp, got, compareNode(r.model, tenant, label, exp, got))
+			if err != nil {
+				return err
+			}
+			if len(findings) > 0 {
 				if p, ok := pending.explains(label.Name, id); ok && !anyStanding(findings) {
 					r.report.explain(tenant, label.Name, id, p, findings)
 					continue
@@ -413,7 +420,9 @@ func (r *run) secondLookBatch(ctx context.Context, batch []suspect) error {
 			first.version < got.version && got.version < second.version:
 			findings = nil // a version between R1's and R2's: in step, mid-way
 		}
-		found[i] = findings
+		if found[i], err = r.withStamps(ctx, s.tenant, label, second, got, findings); err != nil {
+			return err
+		}
 	}
 	p2, err := loadPending(ctx, r.c.pool, tenant)
 	if err != nil {

@@ -29,14 +29,21 @@ const (
 	// from 0) sees it.
 	NodeWithoutID      Kind = "node_without_id"
 	PropertyNotAllowed Kind = "property_not_allowed"
-	PersonalData       Kind = "personal_data"
-	ForeignLabel       Kind = "foreign_label"
-	ForeignRelType     Kind = "foreign_relationship_type"
+	// ReferenceStampAhead: a reference node (a Category, a Customer) whose
+	// stamps no event can pass: a sync_outbox_id above every id the outbox
+	// sequence has drawn (PostgreSQL restored from a backup), a
+	// sync_version other than the 0 sync writes them with, or a stamp that
+	// is not an integer (set by hand). Sync's guard drops every later event
+	// that writes the node, so pending events never explain it.
+	ReferenceStampAhead Kind = "reference_stamp_ahead"
+	PersonalData        Kind = "personal_data"
+	ForeignLabel        Kind = "foreign_label"
+	ForeignRelType      Kind = "foreign_relationship_type"
 )
 
 // Kinds lists the drift kinds in report order.
 var Kinds = []Kind{MissingNode, OrphanNode, StaleNode, MissingRelationship, ExtraRelationship, ChangedRelationship,
-	CrossTenant, NodeWithoutTenant, NodeWithoutID, PropertyNotAllowed, PersonalData}
+	CrossTenant, NodeWithoutTenant, NodeWithoutID, PropertyNotAllowed, PersonalData, ReferenceStampAhead}
 
 // Finding is one difference.
 type Finding struct {

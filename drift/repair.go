@@ -393,6 +393,11 @@ func projectionStatements(model graphmodel.Model, nodes []*node, rebuildBelow in
 			}
 			l, _ := model.Label(up.Label)
 			switch {
+			case n.stampsSeen != nil && own:
+				// Stamps no event can pass, as drift read them (a string
+				// set by hand, say): written only while it holds them, and
+				// its outbox id put back to 0.
+				row["seen"], row["outbox_seen"], row["reset_stamp"] = n.stampsSeen.version, n.stampsSeen.outboxID, true
 			case n.outboxSeen != nil && own:
 				row["outbox_seen"] = *n.outboxSeen // the reference node as drift read it
 			case rebuildBelow == 0 && l.Role == graphmodel.RoleReference && !own:

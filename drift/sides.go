@@ -38,7 +38,15 @@ type node struct {
 	// outboxSeen, for the repair of a reference node: the outbox id read on
 	// it, which the node must still hold (cypher.RepairNodeText).
 	outboxSeen *int64
+	// stampsSeen, for the repair of a reference node whose stamps no event
+	// can pass (ReferenceStampAhead): the stamps as drift read them, of
+	// whatever type; the repair writes the node only while it still holds
+	// them, and puts its outbox id back to 0.
+	stampsSeen *stampsSeen
 }
+
+// stampsSeen are a node's sync_version and sync_outbox_id as read.
+type stampsSeen struct{ version, outboxID any }
 
 // relation is one relationship seen from its owner node.
 type relation struct {
