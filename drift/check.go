@@ -32,6 +32,9 @@ type Checker struct {
 	driver neo4j.DriverWithContext
 	cfg    Config
 	log    *zap.Logger
+	// beforeRepair, when set (by tests only), runs between the second
+	// look and the repair: where sync's writes race the repair.
+	beforeRepair func()
 }
 
 // New returns a Checker, or an error naming the setting that is wrong.
@@ -127,6 +130,9 @@ func (c *Checker) Run(ctx context.Context, repair bool) (*Report, error) {
 	r.report.SuspectsCapped = r.capped
 	r.report.finish(append(r.findings, r.countedOnly()...), time.Since(start))
 	if repair {
+		if c.beforeRepair != nil {
+			c.beforeRepair()
+		}
 		changes, err := r.repair(ctx)
 		// With --repair the list is there, [] when nothing needed it.
 		r.report.Repaired = append([]string{}, changes...)

@@ -23,8 +23,18 @@ func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 		if !exp.required {
 			return nil
 		}
+		upsert := exp
+		if label.Role == graphmodel.RoleReference {
+			// No version to guard by: created while still missing, and
+			// written only while no event has written it (outbox id 0),
+			// so an event sync applies between the read and the repair (an
+			// OrderPlaced with the customer's newer segment) stays.
+			up := *exp
+			up.outboxSeen = new(int64)
+			upsert = &up
+		}
 		return []Finding{{Kind: MissingNode, TenantID: tenant, Label: label.Name, ID: exp.id, Count: 1,
-			Detail: "no node; the rows imply one", repair: &repairAction{upsert: exp}}}
+			Detail: "no node; the rows imply one", repair: &repairAction{upsert: upsert}}}
 	case exp == nil:
 		return []Finding{{Kind: OrphanNode, TenantID: tenant, Label: label.Name, ID: got.id, Count: 1,
 			Detail: "no row backs this node", repair: &repairAction{deleteNode: true}}}
