@@ -90,6 +90,12 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	notResumed := ""
+	if resumed {
+		if notResumed = b.startAnew(cp); notResumed != "" {
+			resumed = false
+		}
+	}
 	res := &Result{Resumed: resumed}
 	if resumed {
 		if b.cfg.Source != SourceAuto && b.cfg.Source != cp.source {
@@ -100,6 +106,9 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 	} else {
 		if res.Source, res.Why, err = b.chooseSource(ctx); err != nil {
 			return nil, err
+		}
+		if notResumed != "" {
+			res.Why += "; " + notResumed
 		}
 		if cp, err = startCheckpoint(ctx, b.pool, b.cfg.TenantID, res.Source); err != nil {
 			return nil, err
@@ -151,6 +160,20 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 	}
 	res.Took = time.Since(start)
 	return res, nil
+}
+
+// startAnew says why the unfinished rebuild cp is not resumed but started
+// anew (--restart, or older than ResumeWithin), or "" when it is resumed.
+func (b *Rebuilder) startAnew(cp *checkpoint) string {
+	started := fmt.Sprintf("the unfinished %s rebuild started %s", cp.source, cp.startedAt.UTC().Format(time.RFC3339))
+	switch age := time.Since(cp.startedAt); {
+	case b.cfg.Restart:
+		return "started anew (--restart), not resuming " + started
+	case age > b.cfg.ResumeWithin:
+		return fmt.Sprintf("started anew, not resuming %s: it is %s old, older than %s (--resume-within)",
+			started, age.Round(time.Minute), b.cfg.ResumeWithin)
+	}
+	return ""
 }
 
 // chooseSource decides auto from what retention recorded it dropped.
