@@ -23,7 +23,9 @@ const (
 	ExtraRelationship   Kind = "extra_relationship"
 	ChangedRelationship Kind = "changed_relationship"
 	CrossTenant         Kind = "cross_tenant_relationship"
-	NodeWithoutTenant   Kind = "node_without_tenant"
+	// NodeWithoutTenant: a node of a projected label whose tenant_id is
+	// missing or not an integer: no tenant's.
+	NodeWithoutTenant Kind = "node_without_tenant"
 	// NodeWithoutID: a node of a projected label whose id is missing or not
 	// a positive integer. No row implies it, and no chunk (read in id order
 	// from 0) sees it.

@@ -220,9 +220,10 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 			return changes, err
 		}
 	}
-	for _, label := range untenanted {
-		if err := r.deleteInBatches(ctx, "deleted "+label+" nodes without a tenant_id",
-			"MATCH (n:"+label+") WHERE n.tenant_id IS NULL WITH n LIMIT 10000 DETACH DELETE n RETURN count(*) AS applied",
+	slices.Sort(untenanted)
+	for _, label := range slices.Compact(untenanted) {
+		if err := r.deleteInBatches(ctx, "deleted "+label+" nodes without an integer tenant_id",
+			"MATCH (n:"+label+") WHERE "+withoutIntegerTenant("n")+" WITH n LIMIT 10000 DETACH DELETE n RETURN count(*) AS applied",
 			nil, &changes); err != nil {
 			return changes, err
 		}

@@ -286,6 +286,13 @@ func integerID(node string) string {
 	return "(" + node + ".id IS NOT NULL AND " + node + ".id IS :: INTEGER AND " + node + ".id > 0)"
 }
 
+// withoutIntegerTenant is the Cypher condition that a node's tenant_id is
+// missing or not an integer: a node no tenant's run reads (scanForeign
+// reports them).
+func withoutIntegerTenant(node string) string {
+	return "(" + node + ".tenant_id IS NULL OR NOT " + node + ".tenant_id IS :: INTEGER)"
+}
+
 func quoteList(names []string) string {
 	quoted := make([]string, len(names))
 	for i, n := range names {
