@@ -103,12 +103,22 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 				cp.source, cp.startedAt.UTC().Format(time.RFC3339), b.cfg.Source, cp.source)
 		}
 		res.Source, res.Why = cp.source, fmt.Sprintf("resuming the %s rebuild started %s", cp.source, cp.startedAt.UTC().Format(time.RFC3339))
+		if cp.phase == phaseBase && res.Source == SourceSnapshot {
+			if err := checkSequenceCache(ctx, b.pool); err != nil {
+				return nil, err
+			}
+		}
 	} else {
 		if res.Source, res.Why, err = b.chooseSource(ctx); err != nil {
 			return nil, err
 		}
 		if notResumed != "" {
 			res.Why += "; " + notResumed
+		}
+		if res.Source == SourceSnapshot {
+			if err := checkSequenceCache(ctx, b.pool); err != nil {
+				return nil, err
+			}
 		}
 		if cp, err = startCheckpoint(ctx, b.pool, b.cfg.TenantID, res.Source); err != nil {
 			return nil, err
@@ -160,6 +170,28 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 	}
 	res.Took = time.Since(start)
 	return res, nil
+}
+
+// ErrSequenceCached is returned for a snapshot when the outbox id sequence
+// hands out ids in blocks (CACHE above 1).
+var ErrSequenceCached = errors.New("the outbox id sequence caches ids per session")
+
+// checkSequenceCache refuses a snapshot when the outbox id sequence has a
+// CACHE above 1. A snapshot chunk's watermark for reference nodes takes the
+// sequence's last value before the read as the bound of the ids events the
+// read did not see can carry (drift's Checker.ReadChunk); with a cache, a
+// session draws later ids from a block it took earlier, below that bound,
+// and the chunk's stamp would make sync drop those events.
+func checkSequenceCache(ctx context.Context, pool *pgxpool.Pool) error {
+	var cache int64
+	if err := pool.QueryRow(ctx, gsql.Query("RebuildOutboxSequenceCache")).Scan(&cache); err != nil {
+		return fmt.Errorf("read the outbox id sequence's CACHE: %w", err)
+	}
+	if cache > 1 {
+		return fmt.Errorf("%w (CACHE %d): a snapshot needs CACHE 1, as the migrations create it, to know which events its reads did not see; "+
+			"run ALTER TABLE outbox_messages ALTER COLUMN id SET CACHE 1, or rebuild with --source replay", ErrSequenceCached, cache)
+	}
+	return nil
 }
 
 // startAnew says why the unfinished rebuild cp is not resumed but started
