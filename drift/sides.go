@@ -301,6 +301,20 @@ func quoteList(names []string) string {
 	return strings.Join(quoted, ", ")
 }
 
+// graphRead is how drift reads the graph: from the cluster's leader
+// (writers routing), with the driver's bookmarks. The second look is sound
+// only if the graph read shows every write sync committed before it marked
+// its outbox rows processed (ADR 0009). Sync runs in another process, so
+// its bookmarks cannot travel with drift's reads, and a follower may not
+// yet have applied what the leader committed: a read there would find the
+// node older than the outbox says and report false drift. The leader has
+// applied every transaction it acknowledged. The cost is that drift's
+// reads load the leader rather than a follower; on one server (Community
+// Edition) nothing changes (ADR 0020).
+func graphRead(database string) []neo4j.ExecuteQueryConfigurationOption {
+	return []neo4j.ExecuteQueryConfigurationOption{neo4j.ExecuteQueryWithDatabase(database), neo4j.ExecuteQueryWithWritersRouting()}
+}
+
 // graphChunk reads one chunk of a label's nodes.
 func graphChunk(ctx context.Context, driver neo4j.DriverWithContext, database string, model graphmodel.Model, label string,
 	tenant, after int64, limit int, s sample) ([]node, error) {
@@ -308,8 +322,7 @@ func graphChunk(ctx context.Context, driver neo4j.DriverWithContext, database st
 	if s.ids != nil {
 		params["ids"] = s.ids // a nil slice would go as an empty list, not null
 	}
-	res, err := neo4j.ExecuteQuery(ctx, driver, graphChunkQuery(model, label), params,
-		neo4j.EagerResultTransformer, neo4j.ExecuteQueryWithDatabase(database), neo4j.ExecuteQueryWithReadersRouting())
+	res, err := neo4j.ExecuteQuery(ctx, driver, graphChunkQuery(model, label), params, neo4j.EagerResultTransformer, graphRead(database)...)
 	if err != nil {
 		return nil, fmt.Errorf("read %s nodes of tenant %d: %w", label, tenant, err)
 	}

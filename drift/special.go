@@ -12,8 +12,7 @@ import (
 )
 
 func (r *run) query(ctx context.Context, text string, params map[string]any) ([]*neo4j.Record, error) {
-	res, err := neo4j.ExecuteQuery(ctx, r.c.driver, text, params, neo4j.EagerResultTransformer,
-		neo4j.ExecuteQueryWithDatabase(r.c.cfg.Database), neo4j.ExecuteQueryWithReadersRouting())
+	res, err := neo4j.ExecuteQuery(ctx, r.c.driver, text, params, neo4j.EagerResultTransformer, graphRead(r.c.cfg.Database)...)
 	if err != nil {
 		return nil, err
 	}
