@@ -344,6 +344,9 @@ func (s *Server) acquire(ctx context.Context, tokenID string) error {
 		s.slots[tokenID] = slot
 	}
 	s.mu.Unlock()
+	if slot.TryAcquire(1) {
+		return nil
+	}
 	if err := slot.Acquire(ctx, 1); err != nil {
 		return toolError{fmt.Sprintf("too many calls in flight for this token (at most %d at once) for %s; try again later",
 			s.cfg.MaxConcurrentPerToken, s.cfg.CallTimeout)}
