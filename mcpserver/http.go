@@ -1,8 +1,10 @@
 package mcpserver
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -89,9 +91,44 @@ func (s *Server) authenticate(tokens *TokenStore, next http.Handler) http.Handle
 			http.Error(w, http.StatusText(http.StatusUnauthorized), http.StatusUnauthorized)
 			return
 		}
+		if isBatch(r) {
+			// JSON-RPC batches left MCP in 2025-06-18; an older client
+			// could otherwise send thousands of calls in one request.
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"JSON-RPC batches are not supported: send one request per HTTP request"}}`)
+			return
+		}
 		info := &auth.TokenInfo{UserID: caller.TokenID, Extra: map[string]any{callerKey: caller}}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenInfoKey{}, info)))
 	})
+}
+
+// isBatch reports whether a POST's body starts with '[' (a JSON-RPC batch),
+// leaving the body to be read whole after.
+func isBatch(r *http.Request) bool {
+	if r.Method != http.MethodPost || r.Body == nil {
+		return false
+	}
+	br := bufio.NewReader(r.Body)
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{br, r.Body}
+	for i := 1; i <= 64; i++ {
+		b, err := br.Peek(i)
+		if err != nil {
+			return false
+		}
+		switch b[i-1] {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '[':
+			return true
+		}
+		return false
+	}
+	return false
 }
 
 // bearer returns the token of an Authorization: Bearer header.

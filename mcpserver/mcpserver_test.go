@@ -160,7 +160,11 @@ func TestTenantBSeenFromANever(t *testing.T) {
 	}
 	bKeys := []string{retrieve.NodeKey("Product", s.b.id(14)), retrieve.NodeKey("Category", s.b.id(3)),
 		retrieve.NodeKey("Order", s.b.id(32)), retrieve.NodeKey("Product", s.b.id(11))}
-	bIDs := regexp.MustCompile(fmt.Sprintf(`%d|%d`, s.b.tenant, s.b.base/1000))
+	var ids []string
+	for _, n := range []int64{1, 2, 3, 11, 12, 13, 14, 21, 22, 31, 32} {
+		ids = append(ids, itoa(s.b.id(n)))
+	}
+	bIDs := regexp.MustCompile(fmt.Sprintf(`%d|%s`, s.b.tenant, strings.Join(ids, "|")))
 	s.transports(t, func(t *testing.T, session *mcp.ClientSession) {
 		for _, topK := range []int{1, 5, 100} {
 			for _, hops := range []int{0, 1, 2} {
@@ -342,6 +346,9 @@ func TestMalformedJSONRPCOverHTTP(t *testing.T) {
 		code, resp, _ := rawPost(t, ts.URL, token, session, old, body)
 		if code >= 500 {
 			t.Errorf("%s: HTTP %d %.200s", name, code, resp)
+		}
+		if name == "batch of 500" && code != http.StatusBadRequest {
+			t.Errorf("batch: HTTP %d, want 400", code)
 		}
 		if code == http.StatusOK && !strings.Contains(resp, `"error"`) && !strings.Contains(resp, `"isError":true`) {
 			t.Errorf("%s: accepted: %.300s", name, resp)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -364,7 +365,9 @@ func (s *Server) release(tokenID string) {
 func (s *Server) graphContext(ctx context.Context, c Caller, in ContextInput) (*mcp.CallToolResult, ContextOutput, error) {
 	// The schema states these bounds and the SDK checks them first; they
 	// are checked again so that no caller of this package relies on it.
-	if !utf8.ValidString(in.Question) {
+	// JSON decoding turns bytes that are not UTF-8 into U+FFFD: a question
+	// holding one was not text as sent.
+	if !utf8.ValidString(in.Question) || strings.ContainsRune(in.Question, utf8.RuneError) {
 		return nil, ContextOutput{}, toolError{"the question is not valid UTF-8 text"}
 	}
 	if n := utf8.RuneCountInString(in.Question); n > MaxQuestionChars {
