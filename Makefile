@@ -67,9 +67,10 @@ $(MCP_VENV)/.installed: scripts/mcp-client/requirements.txt
 
 # graph_context over streamable HTTP with 1, 10 and 50 concurrent clients
 # against the same run's in-process retrieval, on a generated graph of
-# MCP_NODES nodes (default 1M).
+# MCP_NODES nodes (default 1M). The benchmark is retrieve/mcp_bench_test.go,
+# beside the graph it shares with bench-context.
 bench-mcp: services-up
-	. $(ENV_FILE) && $(GO) test -run '^$$' -bench BenchmarkMCP -benchtime 1x -timeout 90m ./mcpserver -args -mcp-nodes=$${MCP_NODES:-1000000}
+	. $(ENV_FILE) && $(GO) test -run '^$$' -bench BenchmarkMCP -benchtime 1x -timeout 90m ./retrieve -args -context-nodes=$${MCP_NODES:-1000000}
 
 # The main job on a small scale: services up, migrate, write a workload,
 # sync it until caught up (stream mode), print the summary.
