@@ -463,6 +463,10 @@ func TestSlowGraphGivesToolErrorAndOthersAreServed(t *testing.T) {
 	if err != nil || got.IsError {
 		t.Errorf("other token while the graph hangs: %v", err)
 	}
+	// Refused by the schema before the tool runs: counted and logged too.
+	if got, _, err := call(t, other, "graph_lookup", map[string]any{"key": "kettle question text"}); err == nil && !got.IsError {
+		t.Errorf("a key against the schema was accepted")
+	}
 	for range 4 {
 		msg := <-errs
 		if !strings.Contains(msg, "did not answer within") && !strings.Contains(msg, "too many calls in flight") {
@@ -485,12 +489,12 @@ func TestSlowGraphGivesToolErrorAndOthersAreServed(t *testing.T) {
 			}
 		}
 	}
-	if lines != 5 {
-		t.Errorf("%d log lines for 5 calls", lines)
+	if lines != 6 {
+		t.Errorf("%d log lines for 6 calls", lines)
 	}
 	code, body, _ := rawGet(t, ts.URL+"/metrics")
 	for _, want := range []string{`graphsync_mcp_tool_requests_total{tool="graph_context"} 4`, `graphsync_mcp_tool_errors_total{tool="graph_context"} 4`,
-		`graphsync_mcp_tool_duration_seconds_count{tool="graph_status"} 1`} {
+		`graphsync_mcp_tool_duration_seconds_count{tool="graph_status"} 1`, `graphsync_mcp_tool_errors_total{tool="graph_lookup"} 1`} {
 		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

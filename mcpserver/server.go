@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -202,6 +203,7 @@ func (s *Server) MCP(fixed *Caller) *mcp.Server {
 			"Use it before stating that the graph is current.",
 		Annotations: readOnly(),
 	}, wrap(s, fixed, toolStatus, s.graphStatus))
+	srv.AddReceivingMiddleware(s.observe(fixed))
 	text := ModelMarkdown(s.cfg.Model)
 	srv.AddResource(&mcp.Resource{
 		URI: ModelURI, Name: "graph-model", Title: "The graph model", MIMEType: "text/markdown",
@@ -257,12 +259,11 @@ type toolError struct{ msg string }
 
 func (e toolError) Error() string { return e.msg }
 
-// wrap runs a tool for its caller within the limits, counts, times and logs
-// it, and turns an error into a tool error whose text never holds a driver
-// error, a tenant id or a token.
+// wrap runs a tool for its caller within the limits, and turns an error
+// into a tool error whose text never holds a driver error, a tenant id or a
+// token. observe counts, times and logs it.
 func wrap[In, Out any](s *Server, fixed *Caller, tool string, run func(ctx context.Context, c Caller, in In) (*mcp.CallToolResult, Out, error)) mcp.ToolHandlerFor[In, Out] {
 	return func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
-		start := time.Now()
 		var zero Out
 		caller, ok := callerOf(fixed, req)
 		if !ok {
@@ -272,35 +273,67 @@ func wrap[In, Out any](s *Server, fixed *Caller, tool string, run func(ctx conte
 		}
 		ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 		defer cancel()
-		var res *mcp.CallToolResult
-		var out Out
-		err := s.acquire(ctx, caller.TokenID)
-		if err == nil {
-			res, out, err = run(ctx, caller, in)
-			s.release(caller.TokenID)
-		}
-		outcome := "ok"
-		if err != nil {
-			outcome = "error"
-			err = s.safeError(ctx, tool, caller, err)
-		}
-		elapsed := time.Since(start)
-		s.cfg.Metrics.observe(tool, outcome, elapsed)
-		fields := []zap.Field{zap.String("token_id", caller.TokenID), zap.Int64("tenant_id", caller.TenantID),
-			zap.String("tool", tool), zap.Duration("duration", elapsed), zap.String("outcome", outcome)}
-		if s.cfg.LogQuestions {
-			if q, ok := any(in).(ContextInput); ok {
-				fields = append(fields, zap.String("question", graphmodel.MaskPersonalData(truncate(q.Question, 500))))
-			}
-		}
-		if err != nil {
-			fields = append(fields, zap.String("error", err.Error()))
-		}
-		s.cfg.Logger.Info("mcp call", fields...)
-		if err != nil {
+		if err := s.acquire(ctx, caller.TokenID); err != nil {
 			return nil, zero, err
 		}
+		defer s.release(caller.TokenID)
+		res, out, err := run(ctx, caller, in)
+		if err != nil {
+			return nil, zero, s.safeError(ctx, tool, caller, err)
+		}
 		return res, out, nil
+	}
+}
+
+// observe counts, times and logs every tools/call, those the SDK refuses
+// before a tool runs (arguments against the schema, an unknown tool) too:
+// one log line a call, with the token's id, never the token, and the
+// question only when asked for.
+func (s *Server) observe(fixed *Caller) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			call, ok := req.(*mcp.CallToolRequest)
+			if method != "tools/call" || !ok || call.Params == nil {
+				return next(ctx, method, req)
+			}
+			start := time.Now()
+			res, err := next(ctx, method, req)
+			elapsed := time.Since(start)
+			tool := call.Params.Name
+			if tool != toolContext && tool != toolLookup && tool != toolStatus {
+				tool = "unknown" // a client's text never becomes a label
+			}
+			outcome := "ok"
+			var text string
+			if r, isResult := res.(*mcp.CallToolResult); err != nil || !isResult || r == nil {
+				outcome = "protocol_error"
+			} else if r.IsError {
+				outcome = "tool_error"
+				for _, c := range r.Content {
+					if tc, isText := c.(*mcp.TextContent); isText {
+						text = truncate(tc.Text, 300)
+					}
+				}
+			}
+			s.cfg.Metrics.observe(tool, outcome, elapsed)
+			caller, _ := callerOf(fixed, call)
+			fields := []zap.Field{zap.String("token_id", caller.TokenID), zap.Int64("tenant_id", caller.TenantID),
+				zap.String("tool", tool), zap.Duration("duration", elapsed), zap.String("outcome", outcome)}
+			if outcome == "tool_error" && s.cfg.LogQuestions {
+				// The SDK's schema errors may quote an argument: logged
+				// only where arguments may be.
+				fields = append(fields, zap.String("error", graphmodel.MaskPersonalData(text)))
+			}
+			if s.cfg.LogQuestions && tool == toolContext {
+				var in struct{ Question any }
+				_ = json.Unmarshal(call.Params.Arguments, &in)
+				if q, isString := in.Question.(string); isString {
+					fields = append(fields, zap.String("question", graphmodel.MaskPersonalData(truncate(q, 500))))
+				}
+			}
+			s.cfg.Logger.Info("mcp call", fields...)
+			return res, err
+		}
 	}
 }
 

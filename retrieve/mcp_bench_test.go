@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"graphsync/internal/teststack"
@@ -26,7 +28,8 @@ var mcpCalls = flag.Int("mcp-calls", 500, "BenchmarkMCP: graph_context calls per
 // ten tenants) and, for 1, 10 and 50 concurrent clients, times -mcp-calls
 // graph_context calls over streamable HTTP (each client its own session and
 // bearer token, the tokens looked up in PostgreSQL on every request) against
-// the same calls made in-process (RetrieveWith with the same options), in
+// the same calls made in-process (RetrieveWith with the same options and
+// the Markdown rendering, as graphsync context does), in
 // the same run, the in-process path first at each level, after every
 // question was asked once for every tenant. It reports p50 and
 // p99 of each and their ratio. Run it with `make bench-mcp`.
@@ -36,7 +39,18 @@ func BenchmarkMCP(b *testing.B) {
 	if err := projector.EnsureSchema(ctx, driver); err != nil {
 		b.Fatal(err)
 	}
-	_, pool := teststack.FreshDatabase(b)
+	pgURL, _ := teststack.FreshDatabase(b)
+	// The pool `graphsync mcp` opens: eight connections.
+	pgCfg, err := pgxpool.ParseConfig(pgURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pgCfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(ctx, pgCfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
 	const tenants = 10
 	base := 1<<53 + rand.Int64N(1<<40)*10_000_000
 	tenantIDs := make([]int64, tenants)
@@ -87,9 +101,13 @@ func BenchmarkMCP(b *testing.B) {
 			inProcess := runClients(b, clients, questions, func(worker int) func(q string) error {
 				tenant := tenantIDs[worker%tenants]
 				return func(q string) error {
+					// As graphsync context does: retrieve, then render.
 					res, err := r.RetrieveWith(ctx, tenant, q, opts)
 					if err == nil && len(res.Items) == 0 {
 						err = fmt.Errorf("%q found nothing", q)
+					}
+					if err == nil {
+						err = res.WriteMarkdown(io.Discard)
 					}
 					return err
 				}
