@@ -22,10 +22,10 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"graphsync/events"
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 	"graphsync/mcpserver"
+	"graphsync/outbox"
 	"graphsync/projector"
-	"graphsync/relay"
 	"graphsync/retrieve"
 )
 
@@ -61,8 +61,8 @@ var (
 
 func newStack(t testing.TB) *stack {
 	t.Helper()
-	pgURL, pool := teststack.FreshDatabase(t)
-	driver := teststack.Neo4j(t)
+	pgURL, pool := stacktest.FreshDatabase(t)
+	driver := stacktest.Neo4j(t)
 	schemaOnce.Do(func() { schemaErr = projector.EnsureSchema(context.Background(), driver) })
 	if schemaErr != nil {
 		t.Fatalf("EnsureSchema: %v", schemaErr)
@@ -76,7 +76,7 @@ func newStack(t testing.TB) *stack {
 		g.base = 1<<52 + rand.Int64N(1<<40)*1000
 		g.outboxID = rand.Int64N(1 << 40)
 	}
-	t.Cleanup(func() { teststack.CleanGraph(t, driver, s.a.tenant, s.b.tenant) })
+	t.Cleanup(func() { stacktest.CleanGraph(t, driver, s.a.tenant, s.b.tenant) })
 	sink, err := projector.New(driver, projector.Config{}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -84,14 +84,14 @@ func newStack(t testing.TB) *stack {
 	for _, g := range []*tenantGraph{&s.a, &s.b} {
 		g := g
 		apply := func(evs ...events.Event) {
-			var batch []relay.Message
+			var batch []outbox.Message
 			for _, ev := range evs {
 				payload, err := json.Marshal(ev)
 				if err != nil {
 					t.Fatal(err)
 				}
 				g.outboxID++
-				batch = append(batch, relay.Message{ID: g.outboxID, TenantID: g.tenant, AggregateType: ev.AggregateType(),
+				batch = append(batch, outbox.Message{ID: g.outboxID, TenantID: g.tenant, AggregateType: ev.AggregateType(),
 					AggregateID: ev.AggregateID(), EventType: ev.EventType(), EventVersion: ev.EventVersion(),
 					Payload: payload, OccurredAt: time.Now(), Attempts: 1})
 			}
@@ -201,7 +201,7 @@ var (
 // folder.
 func binary(t testing.TB) string {
 	t.Helper()
-	root := teststack.RepoRoot(t)
+	root := stacktest.RepoRoot(t)
 	binaryOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "graphsync-mcp-test-")
 		if err != nil {
@@ -229,7 +229,7 @@ func (e *buildError) Error() string { return e.out }
 func (s *stack) stdioSession(t testing.TB, tenant int64, extra ...string) *mcp.ClientSession {
 	t.Helper()
 	cmd := exec.Command(binary(t), append([]string{"mcp", "--tenant", itoa(tenant), "--log-level", "warn"}, extra...)...)
-	cmd.Env = append(os.Environ(), "GRAPHSYNC_PG_URL="+s.pgURL, "GRAPHSYNC_NEO4J_URI="+teststack.Neo4jURI(t))
+	cmd.Env = append(os.Environ(), "GRAPHSYNC_PG_URL="+s.pgURL, "GRAPHSYNC_NEO4J_URI="+stacktest.Neo4jURI(t))
 	cmd.Stderr = &testWriter{t: t}
 	return connect(t, &mcp.CommandTransport{Command: cmd})
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
-	"graphsync/internal/redact"
+	"graphsync/redact"
 )
 
 // Path is the streamable HTTP endpoint.

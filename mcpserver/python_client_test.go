@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 	"graphsync/retrieve"
 )
 
@@ -24,7 +24,7 @@ const EnvPython = "GRAPHSYNC_MCP_PYTHON"
 // `graphsync mcp token create`. Without the venv it fails: make test makes
 // it first.
 func TestPythonClient(t *testing.T) {
-	root := teststack.RepoRoot(t)
+	root := stacktest.RepoRoot(t)
 	python := os.Getenv(EnvPython)
 	if python == "" {
 		python = filepath.Join(root, ".local", "venv-mcp", "bin", "python")
@@ -34,7 +34,7 @@ func TestPythonClient(t *testing.T) {
 	}
 	s := newStack(t)
 	bin := binary(t)
-	env := append(os.Environ(), "GRAPHSYNC_PG_URL="+s.pgURL, "GRAPHSYNC_NEO4J_URI="+teststack.Neo4jURI(t), "GRAPHSYNC_LOG_LEVEL=warn")
+	env := append(os.Environ(), "GRAPHSYNC_PG_URL="+s.pgURL, "GRAPHSYNC_NEO4J_URI="+stacktest.Neo4jURI(t), "GRAPHSYNC_LOG_LEVEL=warn")
 
 	create := exec.Command(bin, "mcp", "token", "create", "--tenant", itoa(s.a.tenant), "--name", "python client")
 	create.Env = env

@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"graphsync/graphmodel"
-	"graphsync/internal/redact"
+	"graphsync/redact"
 	"graphsync/retrieve"
 )
 

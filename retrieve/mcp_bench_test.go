@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 	"graphsync/mcpserver"
 	"graphsync/projector"
 	"graphsync/retrieve"
@@ -35,11 +35,11 @@ var mcpCalls = flag.Int("mcp-calls", 500, "BenchmarkMCP: graph_context calls per
 // p99 of each and their ratio. Run it with `make bench-mcp`.
 func BenchmarkMCP(b *testing.B) {
 	ctx := context.Background()
-	driver := teststack.Neo4j(b)
+	driver := stacktest.Neo4j(b)
 	if err := projector.EnsureSchema(ctx, driver); err != nil {
 		b.Fatal(err)
 	}
-	pgURL, _ := teststack.FreshDatabase(b)
+	pgURL, _ := stacktest.FreshDatabase(b)
 	// The pool `graphsync mcp` opens: eight connections.
 	pgCfg, err := pgxpool.ParseConfig(pgURL)
 	if err != nil {
