@@ -11,7 +11,9 @@ import (
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 	"go.uber.org/zap"
 
-	"graphsync/events"
+	"graphsync/graphmodel"
+	"graphsync/outbox"
+	"graphsync/projector"
 )
 
 // The ceiling's statements: the real graph's shape (labels, keys, properties,
@@ -95,8 +97,21 @@ type ceilingResult struct {
 // ceilingBatch is one transaction: rows per statement.
 type ceilingBatch map[string][]any
 
-// ceilingBatches decodes the events (outside the timed part) and groups
-// their rows into transactions of batchSize events.
+// ceilingNodes and ceilingRels are the statement writing each label and
+// relationship type of the projector's mutations.
+var (
+	ceilingNodes = map[string]string{
+		graphmodel.LabelTenant: ceilingTenant, graphmodel.LabelCategory: ceilingCategory, graphmodel.LabelCustomer: ceilingCustomer,
+		graphmodel.LabelProduct: ceilingProduct, graphmodel.LabelOrder: ceilingOrder,
+	}
+	ceilingDeletes = map[string]string{graphmodel.LabelProduct: ceilingProductDelete}
+	ceilingRels    = map[string]string{
+		graphmodel.RelInCategory: ceilingInCategory, graphmodel.RelPlaced: ceilingPlaced, graphmodel.RelContains: ceilingContains,
+	}
+)
+
+// ceilingBatches translates the events as the projector does (outside the
+// timed part) and groups their rows into transactions of batchSize events.
 func ceilingBatches(rows []outboxRow, batchSize int) ([]ceilingBatch, error) {
 	var batches []ceilingBatch
 	for start := 0; start < len(rows); start += batchSize {
@@ -104,74 +119,51 @@ func ceilingBatches(rows []outboxRow, batchSize int) ([]ceilingBatch, error) {
 		tenants := map[int64]bool{}
 		add := func(statement string, row map[string]any) { batch[statement] = append(batch[statement], row) }
 		for _, r := range rows[start:min(start+batchSize, len(rows))] {
-			ev, err := events.Decode(events.Record{OutboxID: r.id, AggregateType: r.aggregateType, AggregateID: r.aggregateID,
-				EventType: r.eventType, EventVersion: r.eventVersion, Payload: r.payload})
+			mut, err := projector.Translate(outbox.Message{ID: r.id, TenantID: r.tenantID, AggregateType: r.aggregateType,
+				AggregateID: r.aggregateID, EventType: r.eventType, EventVersion: r.eventVersion, Payload: r.payload})
 			if err != nil {
 				return nil, fmt.Errorf("ceiling: %w", err)
 			}
-			tenant := r.tenantID
-			if !tenants[tenant] {
-				tenants[tenant] = true
-				add(ceilingTenant, map[string]any{"tenant_id": tenant})
-			}
-			product := func(s events.ProductState) {
-				add(ceilingProduct, map[string]any{"tenant_id": tenant, "id": s.ID, "props": map[string]any{
-					"sku": s.SKU, "name": s.Name, "description": s.Description,
-					"price_cents": s.PriceCents, "currency": s.Currency, "status": s.Status}})
-				if s.Category != nil {
-					add(ceilingCategory, map[string]any{"tenant_id": tenant, "id": s.Category.ID, "props": map[string]any{"name": s.Category.Name}})
-					add(ceilingInCategory, map[string]any{"tenant_id": tenant, "from_id": s.ID, "to_id": s.Category.ID})
+			for _, n := range mut.Nodes {
+				statement, ok := ceilingNodes[n.Label]
+				if !ok {
+					return nil, fmt.Errorf("ceiling: no statement for label %s", n.Label)
 				}
-			}
-			order := func(s events.OrderState) {
-				add(ceilingOrder, map[string]any{"tenant_id": tenant, "id": s.ID, "props": map[string]any{
-					"status": s.Status, "currency": s.Currency, "total_cents": s.TotalCents,
-					"placed_at": s.PlacedAt.UTC(), "confirmed_at": utcOrNil(s.ConfirmedAt),
-					"shipped_at": utcOrNil(s.ShippedAt), "cancelled_at": utcOrNil(s.CancelledAt)}})
-			}
-			switch e := ev.(type) {
-			case events.ProductCreated:
-				product(e.ProductState)
-			case events.ProductUpdated:
-				product(e.ProductState)
-			case events.ProductPriceChanged:
-				product(e.ProductState)
-			case events.ProductDiscontinued:
-				product(e.ProductState)
-			case events.ProductDeleted:
-				add(ceilingProductDelete, map[string]any{"tenant_id": tenant, "id": e.ID})
-			case events.OrderPlaced:
-				order(e.OrderState)
-				customer := map[string]any{"segment": e.Customer.Segment, "country_code": nil}
-				if e.Customer.CountryCode != "" {
-					customer["country_code"] = e.Customer.CountryCode
+				if n.Label == graphmodel.LabelTenant {
+					if tenants[n.TenantID] {
+						continue
+					}
+					tenants[n.TenantID] = true
+					add(statement, map[string]any{"tenant_id": n.TenantID})
+					continue
 				}
-				add(ceilingCustomer, map[string]any{"tenant_id": tenant, "id": e.Customer.ID, "props": customer})
-				add(ceilingPlaced, map[string]any{"tenant_id": tenant, "from_id": e.Customer.ID, "to_id": e.ID})
-				for _, line := range e.Lines {
-					add(ceilingContains, map[string]any{"tenant_id": tenant, "from_id": e.ID, "to_id": line.ProductID,
-						"line_no": int64(line.LineNo), "quantity": int64(line.Quantity), "unit_price_cents": line.UnitPriceCents})
+				add(statement, map[string]any{"tenant_id": n.TenantID, "id": n.ID, "props": n.Props})
+			}
+			for _, d := range mut.Deletes {
+				statement, ok := ceilingDeletes[d.Label]
+				if !ok {
+					return nil, fmt.Errorf("ceiling: no delete statement for label %s", d.Label)
 				}
-			case events.OrderConfirmed:
-				order(e.OrderState)
-			case events.OrderShipped:
-				order(e.OrderState)
-			case events.OrderCancelled:
-				order(e.OrderState)
-			default:
-				return nil, fmt.Errorf("ceiling: no rows for %T", ev)
+				add(statement, map[string]any{"tenant_id": d.TenantID, "id": d.ID})
+			}
+			for _, rel := range mut.Rels {
+				statement, ok := ceilingRels[rel.Type]
+				if !ok {
+					return nil, fmt.Errorf("ceiling: no statement for relationship %s", rel.Type)
+				}
+				if rel.ToID == 0 {
+					continue // the projector's "remove the old edge": nothing to remove in an empty graph
+				}
+				row := map[string]any{"tenant_id": rel.TenantID, "from_id": rel.FromID, "to_id": rel.ToID}
+				for k, v := range rel.Props {
+					row[k] = v
+				}
+				add(statement, row)
 			}
 		}
 		batches = append(batches, batch)
 	}
 	return batches, nil
-}
-
-func utcOrNil(t *time.Time) any {
-	if t == nil {
-		return nil
-	}
-	return t.UTC()
 }
 
 // ceilingRounds: the ceiling is replayed this many times and the median

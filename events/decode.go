@@ -98,13 +98,13 @@ func decode(r Record, limits Limits) (Event, error) {
 	if len(r.Payload) > limits.MaxPayloadBytes {
 		return nil, fmt.Errorf("payload is %d bytes, over the limit of %d (max payload bytes)", len(r.Payload), limits.MaxPayloadBytes)
 	}
-	versions, known := catalog[r.EventType]
+	k, known := catalog[r.EventType]
 	if !known {
 		return nil, fmt.Errorf("%w type", ErrUnknownEvent)
 	}
-	entry, known := versions[r.EventVersion]
+	entry, known := k.versions[r.EventVersion]
 	if !known {
-		return nil, fmt.Errorf("%w version (known: %s)", ErrUnknownEvent, knownVersions(versions))
+		return nil, fmt.Errorf("%w version (known: %s)", ErrUnknownEvent, knownVersions(k.versions))
 	}
 	if r.AggregateType != entry.aggregateType {
 		return nil, fmt.Errorf("aggregate_type must be %q, got %.64q", entry.aggregateType, r.AggregateType)
@@ -140,7 +140,9 @@ func decode(r Record, limits Limits) (Event, error) {
 	if placed, ok := ev.(OrderPlaced); ok && len(placed.Lines) > limits.MaxOrderLines {
 		return nil, fmt.Errorf("lines has %d entries, over the limit of %d (max order lines)", len(placed.Lines), limits.MaxOrderLines)
 	}
-	ev = withAggregateID(ev, r.AggregateID)
+	if ev, err = k.withID(ev, r.AggregateID); err != nil {
+		return nil, err
+	}
 	if err := ev.Validate(); err != nil {
 		return nil, err
 	}
@@ -150,15 +152,11 @@ func decode(r Record, limits Limits) (Event, error) {
 // Current returns the current event_version of an event type, and false for
 // a type outside the catalog.
 func Current(eventType string) (int16, bool) {
-	versions, known := catalog[eventType]
+	k, known := catalog[eventType]
 	if !known {
 		return 0, false
 	}
-	var current int16
-	for v := range versions {
-		current = max(current, v)
-	}
-	return current, true
+	return k.sample.EventVersion(), true
 }
 
 type catalogEntry struct {
@@ -177,21 +175,6 @@ func entryOf[T Event](aggregateType string, required []string) catalogEntry {
 	return catalogEntry{aggregateType, required, decodeAs[T], reflect.TypeFor[T]()}
 }
 
-var catalog = map[string]map[int16]catalogEntry{
-	TypeProductCreated: {
-		1: {AggregateProduct, productCreatedV1Required, upcastProductCreatedV1, reflect.TypeFor[productCreatedV1]()},
-		2: entryOf[ProductCreated](AggregateProduct, productRequired),
-	},
-	TypeProductUpdated:      {1: entryOf[ProductUpdated](AggregateProduct, productRequired)},
-	TypeProductPriceChanged: {1: entryOf[ProductPriceChanged](AggregateProduct, productRequired)},
-	TypeProductDiscontinued: {1: entryOf[ProductDiscontinued](AggregateProduct, productRequired)},
-	TypeProductDeleted:      {1: entryOf[ProductDeleted](AggregateProduct, []string{"version"})},
-	TypeOrderPlaced:         {1: entryOf[OrderPlaced](AggregateOrder, orderPlacedRequired)},
-	TypeOrderConfirmed:      {1: entryOf[OrderConfirmed](AggregateOrder, slices.Concat(orderRequired, []string{"confirmed_at"}))},
-	TypeOrderShipped:        {1: entryOf[OrderShipped](AggregateOrder, slices.Concat(orderRequired, []string{"shipped_at"}))},
-	TypeOrderCancelled:      {1: entryOf[OrderCancelled](AggregateOrder, slices.Concat(orderRequired, []string{"cancelled_at"}))},
-}
-
 func knownVersions(versions map[int16]catalogEntry) string {
 	var list []string
 	for v := range versions {
@@ -207,41 +190,6 @@ func decodeAs[T Event](payload []byte, _ map[string]any) (Event, error) {
 		return nil, err
 	}
 	return ev, nil
-}
-
-// withAggregateID fills the id a payload may leave out; decode has already
-// checked that a present id equals aggregate_id.
-func withAggregateID(ev Event, id int64) Event {
-	switch e := ev.(type) {
-	case ProductCreated:
-		e.ID = id
-		return e
-	case ProductUpdated:
-		e.ID = id
-		return e
-	case ProductPriceChanged:
-		e.ID = id
-		return e
-	case ProductDiscontinued:
-		e.ID = id
-		return e
-	case ProductDeleted:
-		e.ID = id
-		return e
-	case OrderPlaced:
-		e.ID = id
-		return e
-	case OrderConfirmed:
-		e.ID = id
-		return e
-	case OrderShipped:
-		e.ID = id
-		return e
-	case OrderCancelled:
-		e.ID = id
-		return e
-	}
-	panic(fmt.Sprintf("events: %T is in the catalog but not in withAggregateID", ev))
 }
 
 // parseObject reads a payload as a JSON object, keeping numbers exact.
@@ -322,8 +270,8 @@ var eventFields = func() map[string]bool {
 			walk(f.Type)
 		}
 	}
-	for _, versions := range catalog {
-		for _, entry := range versions {
+	for _, k := range catalog {
+		for _, entry := range k.versions {
 			walk(entry.shape)
 		}
 	}

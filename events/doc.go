@@ -31,6 +31,12 @@
 // status, currency, total_cents, placed_at, confirmed_at, shipped_at,
 // cancelled_at}. "id" may be left out (aggregate_id is authoritative).
 //
+// A new event type is one registration in registry.go (kindOf: its Go type,
+// required keys, id field, older versions and a sample); decoding, Current
+// and Kinds derive from it. The projector's translation, its coverage check
+// and the bench ceiling follow Kinds, and their tests fail for a kind they
+// do not handle.
+//
 // Plain-SQL producers insert rows shaped as the seed shows; event_version then
 // defaults to 1, so they must write the v1 shape of the event (see each type).
 //

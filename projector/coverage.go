@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"time"
 
 	"graphsync/events"
 	"graphsync/graphmodel"
@@ -94,30 +93,12 @@ func mapKeys(m map[string]bool) func(func(string) bool) {
 	}
 }
 
-// sampleEvents is one valid event of every type in the catalog, each field
+// sampleEvents is the registered sample of every event kind, each field
 // set, so that translations show every property they write.
 func sampleEvents() []events.Event {
-	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	product := events.ProductState{ID: 1, Version: 1, SKU: "S", Name: "N", Description: "D", PriceCents: 100,
-		Currency: "EUR", Status: events.ProductStatusActive, Category: &events.CategoryRef{ID: 2, Name: "C"}}
-	order := events.OrderState{ID: 3, Version: 1, Status: events.OrderStatusPlaced, Currency: "EUR", TotalCents: 100, PlacedAt: at}
-	confirmed, shipped, cancelled := order, order, order
-	confirmed.Status, confirmed.ConfirmedAt = events.OrderStatusConfirmed, &at
-	shipped.Status, shipped.ConfirmedAt, shipped.ShippedAt = events.OrderStatusShipped, &at, &at
-	cancelled.Status, cancelled.CancelledAt = events.OrderStatusCancelled, &at
-	discontinued := product
-	discontinued.Status = events.ProductStatusDiscontinued
-	old := int64(90)
-	return []events.Event{
-		events.ProductCreated{ProductState: product},
-		events.ProductUpdated{ProductState: product},
-		events.ProductPriceChanged{ProductState: product, OldPriceCents: &old},
-		events.ProductDiscontinued{ProductState: discontinued},
-		events.ProductDeleted{ID: 1, Version: 2},
-		events.OrderPlaced{OrderState: order, Customer: events.CustomerRef{ID: 4, Segment: "retail", CountryCode: "DE"},
-			Lines: []events.OrderLine{{LineNo: 1, ProductID: 1, Quantity: 1, UnitPriceCents: 100}}},
-		events.OrderConfirmed{OrderState: confirmed},
-		events.OrderShipped{OrderState: shipped},
-		events.OrderCancelled{OrderState: cancelled},
+	var samples []events.Event
+	for _, k := range events.Kinds() {
+		samples = append(samples, k.Sample)
 	}
+	return samples
 }

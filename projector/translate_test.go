@@ -15,6 +15,7 @@ import (
 	"graphsync/cypher"
 	"graphsync/events"
 	"graphsync/graphmodel"
+	"graphsync/outbox"
 )
 
 func newTestProjector(t testing.TB) *Projector {
@@ -320,5 +321,33 @@ func TestNodesWrittenIgnoresTheSizeLimits(t *testing.T) {
 	}
 	if customers != 1 {
 		t.Errorf("the order writes customer 11 once, got %d times in %d nodes", customers, len(nodes))
+	}
+}
+
+// TestEveryRegisteredEventTranslates: each kind events registers has a
+// translation, and the test list everyEvent holds one event of each.
+func TestEveryRegisteredEventTranslates(t *testing.T) {
+	inEveryEvent := map[string]bool{}
+	for _, ev := range everyEvent(1, 2, 3, 4) {
+		inEveryEvent[ev.EventType()] = true
+	}
+	for i, k := range events.Kinds() {
+		payload, err := json.Marshal(k.Sample)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := outbox.Message{ID: int64(i + 1), TenantID: 1, AggregateType: k.AggregateType, AggregateID: k.Sample.AggregateID(),
+			EventType: k.EventType, EventVersion: k.Version, Payload: payload}
+		mut, err := Translate(m)
+		if err != nil {
+			t.Errorf("%s: %v", k.EventType, err)
+			continue
+		}
+		if len(mut.Nodes) < 2 && len(mut.Deletes) == 0 {
+			t.Errorf("%s: translation writes only %+v", k.EventType, mut)
+		}
+		if !inEveryEvent[k.EventType] {
+			t.Errorf("everyEvent has no %s", k.EventType)
+		}
 	}
 }
