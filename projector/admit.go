@@ -87,7 +87,7 @@ func newAdmission(model graphmodel.Model, graph owners) *admission {
 // admit returns the items to apply, in order, and the rejected ones' errors.
 func (a *admission) admit(items []*item) (accepted []*item, rejected map[int64]error) {
 	rejected = map[int64]error{}
-	failing := failedAggregates{}
+	failing := &failedAggregates{}
 	for _, it := range items {
 		if failing.holdsBack(it.msg, rejected) {
 			continue

@@ -99,7 +99,7 @@ type Prepared struct {
 // upcasting, validation, translation and statement rows of each event.
 func (p *Projector) Prepare(batch []outbox.Message) *Prepared {
 	prep := &Prepared{batch: batch, items: make([]*item, 0, len(batch)), rejected: map[int64]error{}}
-	failing := failedAggregates{}
+	failing := &failedAggregates{}
 	for _, m := range batch {
 		if failing.holdsBack(m, prep.rejected) {
 			continue
@@ -168,32 +168,21 @@ func (p *Projector) DeliverPrepared(ctx context.Context, prep *Prepared) (map[in
 	return rejected, nil
 }
 
-// aggregateKey names an aggregate within a batch.
-type aggregateKey struct {
-	tenantID      int64
-	aggregateType string
-	aggregateID   int64
-}
+// failedAggregates holds back, in one batch, the events behind a failed
+// one of their aggregate (outbox.HoldBack, the rule the relay's claim keeps
+// too); decoding, admission and Neo4j's refusals share it.
+type failedAggregates struct{ outbox.HoldBack }
 
-func aggregateOf(m outbox.Message) aggregateKey {
-	return aggregateKey{m.TenantID, m.AggregateType, m.AggregateID}
-}
-
-// failedAggregates is the one notion of "this aggregate failed in this
-// batch" that decoding, admission and Neo4j's refusals share: once an event
-// of an aggregate fails, every later event of it in the batch is held back.
-type failedAggregates map[aggregateKey]bool
-
-// fail records m's failure in rejected and marks its aggregate.
-func (f failedAggregates) fail(m outbox.Message, rejected map[int64]error, err error) {
+// fail records m's failure in rejected and holds back its aggregate.
+func (f *failedAggregates) fail(m outbox.Message, rejected map[int64]error, err error) {
 	rejected[m.ID] = err
-	f[aggregateOf(m)] = true
+	f.Hold(m)
 }
 
-// holdsBack reports whether m's aggregate failed earlier in the batch, and
-// then records m as held back.
-func (f failedAggregates) holdsBack(m outbox.Message, rejected map[int64]error) bool {
-	if !f[aggregateOf(m)] {
+// holdsBack reports whether an earlier event of m's aggregate failed in the
+// batch, and then records m as held back.
+func (f *failedAggregates) holdsBack(m outbox.Message, rejected map[int64]error) bool {
+	if !f.Holds(m) {
 		return false
 	}
 	rejected[m.ID] = heldBack(m)
@@ -235,10 +224,10 @@ type chain []*item
 // chainsOf groups items into their aggregates' chains, in order of each
 // aggregate's first event.
 func chainsOf(items []*item) []chain {
-	index := map[aggregateKey]int{}
+	index := map[outbox.AggregateKey]int{}
 	var chains []chain
 	for _, it := range items {
-		key := aggregateOf(it.msg)
+		key := it.msg.Aggregate()
 		i, ok := index[key]
 		if !ok {
 			i = len(chains)

@@ -595,7 +595,7 @@ func (r *worker) apply(ctx context.Context, c claimed) (settlement, error) {
 		err = r.recordFailures(ctx, c.holder, c.unreadable, c.unreadableErrs)
 		// The failed rows' later rows wait for them, as behind a sink's
 		// rejection (block on error): handed back uncounted.
-		c.messages, st.released = heldBehind(c.messages, c.unreadable)
+		c.messages, st.released = outbox.Behind(c.messages, c.unreadable)
 	}
 	switch {
 	case err != nil:
@@ -607,26 +607,6 @@ func (r *worker) apply(ctx context.Context, c claimed) (settlement, error) {
 		st.released = append(st.released, held...)
 	}
 	return st, err
-}
-
-// heldBehind splits messages into those that may be delivered and the ids
-// of those that follow a failed row of their aggregate.
-func heldBehind(messages, failed []outbox.Message) (deliver []outbox.Message, held []int64) {
-	first := map[aggregateKey]int64{}
-	for _, f := range failed {
-		k := aggregateKey{f.TenantID, f.AggregateType, f.AggregateID}
-		if id, ok := first[k]; !ok || f.ID < id {
-			first[k] = f.ID
-		}
-	}
-	for _, m := range messages {
-		if id, ok := first[aggregateKey{m.TenantID, m.AggregateType, m.AggregateID}]; ok && m.ID > id {
-			held = append(held, m.ID)
-			continue
-		}
-		deliver = append(deliver, m)
-	}
-	return deliver, held
 }
 
 // settle ends a batch in one statement: marks what was applied, hands back

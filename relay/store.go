@@ -84,12 +84,6 @@ func (c claimed) payloadBytes() int64 {
 	return n
 }
 
-type aggregateKey struct {
-	tenantID int64
-	typ      string
-	id       int64
-}
-
 // The claim statements: a window, then what the rules need of each row,
 // which pick works out (sql/queries/outbox.sql, docs/adr/0012 and 0018).
 var (
@@ -150,9 +144,9 @@ func (s *store) OutboxClaimByID(ctx context.Context, ids []int64, more bool) (cl
 // predecessor), and they must reach the sink in id order, as a poll's claim
 // of the same rows would hand them over.
 func inIDOrderWithinAggregates(ms []outbox.Message) {
-	places := map[aggregateKey][]int{}
+	places := map[outbox.AggregateKey][]int{}
 	for i, m := range ms {
-		k := aggregateKey{m.TenantID, m.AggregateType, m.AggregateID}
+		k := m.Aggregate()
 		places[k] = append(places[k], i)
 	}
 	for _, at := range places {
@@ -361,25 +355,17 @@ func scanWindowRow(row pgx.CollectableRow) (windowRow, error) {
 //   - at most maxBytes of payload, and at least one row: rows are cut in id
 //     order, so each aggregate keeps a prefix of its chain.
 func pick(window []windowRow, maxBytes int64) []windowRow {
-	type chain struct {
-		last   int64 // its previous row in the window
-		broken bool
-	}
-	chains := make(map[aggregateKey]*chain, len(window))
+	last := make(map[outbox.AggregateKey]int64, len(window)) // each aggregate's previous row in the window
+	var held outbox.HoldBack
 	var picked []windowRow
 	var bytes int64
 	for _, w := range window {
 		m := w.msg
-		k := aggregateKey{m.TenantID, m.AggregateType, m.AggregateID}
-		c := chains[k]
-		if c == nil {
-			c = &chain{}
-			chains[k] = c
-		}
-		inWindow := c.last == 0 && !w.prevPending.Valid || w.prevPending.Valid && w.prevPending.Int64 == c.last
-		c.last = m.ID
-		if c.broken || w.inFlight || !inWindow {
-			c.broken = true
+		k := m.Aggregate()
+		inWindow := last[k] == 0 && !w.prevPending.Valid || w.prevPending.Valid && w.prevPending.Int64 == last[k]
+		last[k] = m.ID
+		if held.Holds(m) || w.inFlight || !inWindow {
+			held.Hold(m)
 			continue
 		}
 		if w.suspect {
