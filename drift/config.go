@@ -38,6 +38,9 @@ type Config struct {
 // as the default).
 const NoRecheckWait time.Duration = -1
 
+// DefaultRecheckAfter is Config.RecheckAfter's default (and rebuild's).
+const DefaultRecheckAfter = 2 * time.Second
+
 func (c Config) withDefaults() Config {
 	if c.Sample == 0 {
 		c.Sample = 1
@@ -46,7 +49,7 @@ func (c Config) withDefaults() Config {
 		c.ChunkSize = 2000
 	}
 	if c.RecheckAfter == 0 {
-		c.RecheckAfter = 2 * time.Second
+		c.RecheckAfter = DefaultRecheckAfter
 	}
 	if c.MaxExamples == 0 {
 		c.MaxExamples = 10

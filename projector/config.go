@@ -30,6 +30,9 @@ type Config struct {
 	Limits events.Limits
 }
 
+// DefaultTxTimeout is Config.TxTimeout's default.
+const DefaultTxTimeout = time.Minute
+
 func (c Config) withDefaults() Config {
 	if c.Model == nil {
 		c.Model = &graphmodel.Default
@@ -38,7 +41,7 @@ func (c Config) withDefaults() Config {
 		c.MetricsNamespace = "graphsync"
 	}
 	if c.TxTimeout == 0 {
-		c.TxTimeout = time.Minute
+		c.TxTimeout = DefaultTxTimeout
 	}
 	c.Limits = c.Limits.WithDefaults()
 	return c

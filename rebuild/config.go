@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"graphsync/drift"
 	"graphsync/graphmodel"
 	"graphsync/outbox"
 )
@@ -92,7 +93,7 @@ func (c Config) withDefaults() Config {
 		c.ChunkSize = DefaultChunkSize
 	}
 	if c.RecheckAfter == 0 {
-		c.RecheckAfter = 2 * time.Second
+		c.RecheckAfter = drift.DefaultRecheckAfter
 	}
 	if c.Model == nil {
 		c.Model = &graphmodel.Default

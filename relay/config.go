@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -109,74 +110,57 @@ type Config struct {
 	StreamStallTimeout time.Duration
 }
 
+// DefaultConfig is every default of Config that does not derive from
+// another field, in one place: withDefaults fills zero fields from it, and
+// the sync command's flags take their defaults from it. ID (host-pid-random),
+// BacklogBatchSize (4 × BatchSize) and DependencyWaitMax (1m, or
+// DependencyWait if that is longer) derive and stay zero here.
+func DefaultConfig() Config {
+	return Config{
+		Wake:                  WakePoll,
+		Workers:               1,
+		BatchSize:             500,
+		MaxBatchBytes:         32 << 20,
+		PollInterval:          500 * time.Millisecond,
+		FallbackPollInterval:  30 * time.Second,
+		Lease:                 15 * time.Second,
+		RetryStep:             30 * time.Second,
+		RetryMaxSteps:         8,
+		MaxAttempts:           10,
+		SinkBackoff:           500 * time.Millisecond,
+		SinkBackoffMax:        30 * time.Second,
+		DrainTimeout:          10 * time.Second,
+		DependencyWait:        time.Second,
+		NotifyChannel:         "graphsync_outbox",
+		Slot:                  "graphsync_outbox",
+		Publication:           "graphsync_outbox",
+		StandbyStatusInterval: 10 * time.Second,
+		StreamStallTimeout:    10 * time.Second,
+	}
+}
+
 func (c Config) withDefaults() Config {
+	fillZero(&c, DefaultConfig())
 	if c.ID == "" {
 		c.ID = defaultRelayID()
-	}
-	if c.Wake == "" {
-		c.Wake = WakePoll
-	}
-	if c.Workers == 0 {
-		c.Workers = 1
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = 500
 	}
 	if c.BacklogBatchSize == 0 {
 		c.BacklogBatchSize = 4 * c.BatchSize
 	}
-	if c.PollInterval == 0 {
-		c.PollInterval = 500 * time.Millisecond
-	}
-	if c.FallbackPollInterval == 0 {
-		c.FallbackPollInterval = 30 * time.Second
-	}
-	if c.Lease == 0 {
-		c.Lease = 15 * time.Second
-	}
-	if c.RetryStep == 0 {
-		c.RetryStep = 30 * time.Second
-	}
-	if c.RetryMaxSteps == 0 {
-		c.RetryMaxSteps = 8
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 10
-	}
-	if c.SinkBackoff == 0 {
-		c.SinkBackoff = 500 * time.Millisecond
-	}
-	if c.SinkBackoffMax == 0 {
-		c.SinkBackoffMax = 30 * time.Second
-	}
-	if c.DrainTimeout == 0 {
-		c.DrainTimeout = 10 * time.Second
-	}
-	if c.DependencyWait == 0 {
-		c.DependencyWait = time.Second
-	}
-	if c.MaxBatchBytes == 0 {
-		c.MaxBatchBytes = 32 << 20
-	}
 	if c.DependencyWaitMax == 0 {
 		c.DependencyWaitMax = max(time.Minute, c.DependencyWait)
 	}
-	if c.NotifyChannel == "" {
-		c.NotifyChannel = "graphsync_outbox"
-	}
-	if c.Slot == "" {
-		c.Slot = "graphsync_outbox"
-	}
-	if c.Publication == "" {
-		c.Publication = "graphsync_outbox"
-	}
-	if c.StandbyStatusInterval == 0 {
-		c.StandbyStatusInterval = 10 * time.Second
-	}
-	if c.StreamStallTimeout == 0 {
-		c.StreamStallTimeout = 10 * time.Second
-	}
 	return c
+}
+
+// fillZero sets each zero exported field of *c to the same field of d.
+func fillZero[T any](c *T, d T) {
+	v, dv := reflect.ValueOf(c).Elem(), reflect.ValueOf(d)
+	for i := range v.NumField() {
+		if f := v.Field(i); f.CanSet() && f.IsZero() {
+			f.Set(dv.Field(i))
+		}
+	}
 }
 
 // Validate reports what is wrong with c once its defaults are filled in, as

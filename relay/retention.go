@@ -47,19 +47,14 @@ func (c RetentionConfig) Validate() error {
 	return nil
 }
 
+// DefaultRetentionConfig is every default of RetentionConfig, in one place
+// (withDefaults and the commands' flags take them from here).
+func DefaultRetentionConfig() RetentionConfig {
+	return RetentionConfig{ArchiveAfter: 7 * 24 * time.Hour, ArchiveBatch: 5000, KeepArchive: 90 * 24 * time.Hour, MonthsAhead: 3}
+}
+
 func (c RetentionConfig) withDefaults() RetentionConfig {
-	if c.ArchiveAfter == 0 {
-		c.ArchiveAfter = 7 * 24 * time.Hour
-	}
-	if c.ArchiveBatch == 0 {
-		c.ArchiveBatch = 5000
-	}
-	if c.KeepArchive == 0 {
-		c.KeepArchive = 90 * 24 * time.Hour
-	}
-	if c.MonthsAhead == 0 {
-		c.MonthsAhead = 3
-	}
+	fillZero(&c, DefaultRetentionConfig())
 	return c
 }
 

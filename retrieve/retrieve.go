@@ -50,9 +50,15 @@ type Config struct {
 	Timeout time.Duration
 }
 
+// Defaults of Config (and of the context command's flags).
+const (
+	DefaultTopK     = 5
+	DefaultMaxChars = 4000
+)
+
 func (c Config) withDefaults() Config {
 	if c.TopK == 0 {
-		c.TopK = 5
+		c.TopK = DefaultTopK
 	}
 	if c.NoHops {
 		c.Hops = 0
@@ -60,7 +66,7 @@ func (c Config) withDefaults() Config {
 		c.Hops = MaxHops
 	}
 	if c.MaxChars == 0 {
-		c.MaxChars = 4000
+		c.MaxChars = DefaultMaxChars
 	}
 	if c.Related == 0 {
 		c.Related = 5

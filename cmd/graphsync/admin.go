@@ -122,10 +122,11 @@ func runRetention(ctx context.Context, args []string) error {
 	var conn connFlags
 	conn.register(fs, false)
 	var cfg relay.RetentionConfig
-	fs.DurationVar(&cfg.ArchiveAfter, "archive-after", 7*24*time.Hour, "move processed rows older than this to the archive")
-	fs.IntVar(&cfg.ArchiveBatch, "archive-batch", 5000, "rows per archive transaction")
-	fs.DurationVar(&cfg.KeepArchive, "keep-archive", 90*24*time.Hour, "drop archive partitions wholly older than this")
-	fs.IntVar(&cfg.MonthsAhead, "months-ahead", 3, "create archive partitions this many months ahead")
+	rd := relay.DefaultRetentionConfig()
+	fs.DurationVar(&cfg.ArchiveAfter, "archive-after", rd.ArchiveAfter, "move processed rows older than this to the archive")
+	fs.IntVar(&cfg.ArchiveBatch, "archive-batch", rd.ArchiveBatch, "rows per archive transaction")
+	fs.DurationVar(&cfg.KeepArchive, "keep-archive", rd.KeepArchive, "drop archive partitions wholly older than this")
+	fs.IntVar(&cfg.MonthsAhead, "months-ahead", rd.MonthsAhead, "create archive partitions this many months ahead")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -156,8 +157,8 @@ func runStream(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("stream drop", flag.ContinueOnError)
 	var conn connFlags
 	conn.register(fs, false)
-	slot := fs.String("slot", "graphsync_outbox", "replication slot name")
-	publication := fs.String("publication", "graphsync_outbox", "publication name")
+	slot := fs.String("slot", relay.DefaultConfig().Slot, "replication slot name")
+	publication := fs.String("publication", relay.DefaultConfig().Publication, "publication name")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
@@ -182,7 +183,7 @@ func runNotify(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("notify "+args[0], flag.ContinueOnError)
 	var conn connFlags
 	conn.register(fs, false)
-	channel := fs.String("notify-channel", "graphsync_outbox", "the channel the trigger notifies: the relay's --notify-channel")
+	channel := fs.String("notify-channel", relay.DefaultConfig().NotifyChannel, "the channel the trigger notifies: the relay's --notify-channel")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}

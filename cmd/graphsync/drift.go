@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
@@ -32,7 +31,7 @@ func runDrift(ctx context.Context, args []string) error {
 	threshold := fs.Int("threshold", 0, "exit 1 only when drift is above this")
 	sampleShare := fs.Float64("sample", 1, "share of keys to compare, in (0, 1]: a quick check of a random sample")
 	repair := fs.Bool("repair", false, "re-project drifted nodes from the rows and remove what no row backs (writes Neo4j only)")
-	recheck := fs.Duration("recheck-after", 2*time.Second, "wait before the second look at first-pass differences")
+	recheck := fs.Duration("recheck-after", drift.DefaultRecheckAfter, "wait before the second look at first-pass differences")
 	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/term"
 
+	"graphsync/drift"
 	"graphsync/events"
 	"graphsync/projector"
 	"graphsync/rebuild"
@@ -36,7 +37,7 @@ func runRebuild(ctx context.Context, args []string) error {
 	sourceName := fs.String("source", "auto", "auto (replay when the history is complete, else snapshot), replay or snapshot")
 	chunk := fs.Int("chunk-size", rebuild.DefaultChunkSize, "rows or events per chunk read, written and checkpointed")
 	progressMode := fs.String("progress", "auto", "auto (a bar on a terminal, else a log line every 5s), bar or log")
-	recheck := fs.Duration("recheck-after", 2*time.Second, "wait before the drift check's second look at differences")
+	recheck := fs.Duration("recheck-after", drift.DefaultRecheckAfter, "wait before the drift check's second look at differences")
 	restart := fs.Bool("restart", false, "start anew even when an unfinished rebuild of this scope would be resumed")
 	resumeWithin := fs.Duration("resume-within", rebuild.DefaultResumeWithin, "an unfinished rebuild of this scope that started longer ago is started anew, not resumed")
 	// The replay applies what sync applied: with sync's limits (set them as
