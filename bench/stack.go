@@ -21,6 +21,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 	"go.uber.org/zap"
+
+	"graphsync/redact"
 )
 
 //go:embed sql/*.sql
@@ -96,19 +98,19 @@ func stackFromEnv(ctx context.Context, binary, logDir string, log *zap.Logger) (
 	}
 	driver, err := neo4j.NewDriverWithContext(s.neo4jURI, auth)
 	if err != nil {
-		return nil, fmt.Errorf("neo4j driver for %s: %w", redact(s.neo4jURI), err)
+		return nil, fmt.Errorf("neo4j driver for %s: %w", redact.URL(s.neo4jURI), err)
 	}
 	checkCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if err := driver.VerifyConnectivity(checkCtx); err != nil {
 		driver.Close(ctx)
-		return nil, fmt.Errorf("neo4j at %s does not answer: %w", redact(s.neo4jURI), err)
+		return nil, fmt.Errorf("neo4j at %s does not answer: %w", redact.URL(s.neo4jURI), err)
 	}
 	s.driver = driver
 	conn, err := pgx.Connect(checkCtx, s.adminURL)
 	if err != nil {
 		driver.Close(ctx)
-		return nil, fmt.Errorf("postgresql at %s does not answer: %w", redact(s.adminURL), err)
+		return nil, fmt.Errorf("postgresql at %s does not answer: %w", redact.URL(s.adminURL), err)
 	}
 	conn.Close(ctx)
 	return s, nil
@@ -136,7 +138,7 @@ func checkPostgresLoopback(ctx context.Context, rawURL string) error {
 			continue // a Unix socket is local by construction
 		}
 		if err := checkLoopbackHost(ctx, host); err != nil {
-			return fmt.Errorf("%s %s: %w", envPostgresURL, redact(rawURL), err)
+			return fmt.Errorf("%s %s: %w", envPostgresURL, redact.URL(rawURL), err)
 		}
 	}
 	return nil
@@ -145,10 +147,10 @@ func checkPostgresLoopback(ctx context.Context, rawURL string) error {
 func checkNeo4jLoopback(ctx context.Context, rawURI string) error {
 	parsed, err := url.Parse(rawURI)
 	if err != nil || parsed.Hostname() == "" {
-		return fmt.Errorf("%s %q is not a valid Bolt URI", envNeo4jURI, redact(rawURI))
+		return fmt.Errorf("%s %q is not a valid Bolt URI", envNeo4jURI, redact.URL(rawURI))
 	}
 	if err := checkLoopbackHost(ctx, parsed.Hostname()); err != nil {
-		return fmt.Errorf("%s %s: %w", envNeo4jURI, redact(rawURI), err)
+		return fmt.Errorf("%s %s: %w", envNeo4jURI, redact.URL(rawURI), err)
 	}
 	return nil
 }
@@ -178,15 +180,6 @@ func checkLoopbackHost(ctx context.Context, host string) error {
 		}
 	}
 	return nil
-}
-
-// redact hides a URL's password.
-func redact(rawURL string) string {
-	parsed, err := url.Parse(rawURL)
-	if err != nil {
-		return "<unparseable URL>"
-	}
-	return parsed.Redacted()
 }
 
 // childEnv is the environment of a graphsync subprocess: bench's own minus
@@ -246,13 +239,13 @@ func (s *stack) createDatabase(ctx context.Context, scenario string) (*scenarioD
 	}
 	cfg, err := pgxpool.ParseConfig(db.url)
 	if err != nil {
-		return db, fmt.Errorf("parse %s: %w", redact(db.url), err)
+		return db, fmt.Errorf("parse %s: %w", redact.URL(db.url), err)
 	}
 	cfg.MaxConns = 16
 	cfg.ConnConfig.RuntimeParams["application_name"] = benchAppName
 	db.pool, err = pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return db, fmt.Errorf("connect to %s: %w", redact(db.url), err)
+		return db, fmt.Errorf("connect to %s: %w", redact.URL(db.url), err)
 	}
 	base, err := rand.Int(rand.Reader, big.NewInt(idBaseMax-idBaseMin))
 	if err != nil {
@@ -277,7 +270,7 @@ func (s *stack) dropDatabase(ctx context.Context, db *scenarioDB) error {
 	defer cancel()
 	conn, err := pgx.Connect(ctx, s.adminURL)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", redact(s.adminURL), err)
+		return fmt.Errorf("connect to %s: %w", redact.URL(s.adminURL), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	err = pollUntil(ctx, 50*time.Millisecond, "replication slots of "+db.name+" to go", func(ctx context.Context) (bool, error) {
@@ -299,7 +292,7 @@ func (s *stack) dropDatabase(ctx context.Context, db *scenarioDB) error {
 func (s *stack) adminExec(ctx context.Context, statement string) error {
 	conn, err := pgx.Connect(ctx, s.adminURL)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", redact(s.adminURL), err)
+		return fmt.Errorf("connect to %s: %w", redact.URL(s.adminURL), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	_, err = conn.Exec(ctx, statement)

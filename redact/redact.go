@@ -49,6 +49,12 @@ func Clip(s string, maxBytes int) string {
 // key/value string (host=db password='a b').
 func URL(raw string) string { return Text(raw) }
 
+// LineWith is TextWith on one line: a driver that lists each address it
+// tried on a line of its own (pgx) keeps a log line one line.
+func LineWith(s string, connStrings ...string) string {
+	return strings.Join(strings.FieldsFunc(TextWith(s, connStrings...), func(r rune) bool { return r == '\n' || r == '\t' }), " ")
+}
+
 // TextWith is Text, and also hides every literal occurrence, anywhere in s,
 // of a password one of connStrings holds, and of each of its pieces between
 // spaces, backslashes, quotes and '@': a driver may echo a password outside

@@ -122,3 +122,11 @@ func FuzzURLPassword(f *testing.F) {
 		_ = Text(password) // any text: no panic
 	})
 }
+
+func TestLineWithKeepsOneLineAndHidesThePassword(t *testing.T) {
+	raw := "postgres://u:pa55word@db1,db2/x"
+	got := LineWith("failed to connect to db1: pa55word refused\n\tdb2: timeout", raw)
+	if strings.ContainsAny(got, "\n\t") || strings.Contains(got, "pa55word") || !strings.Contains(got, "db2: timeout") {
+		t.Fatalf("LineWith = %q", got)
+	}
+}

@@ -3,8 +3,6 @@ package relay
 import (
 	"regexp"
 	"sync"
-
-	"graphsync/redact"
 )
 
 // health is what the relay knows about its sink beyond single batches: a
@@ -56,10 +54,3 @@ func (r *Relay) Health() []string {
 	}
 	return nil
 }
-
-// clip bounds a text for logs and error columns: redact.Clip's rule.
-func clip(s string, maxBytes int) string { return redact.Clip(s, maxBytes) }
-
-// redactLog hides credentials in a text before it reaches a log or an
-// HTTP answer: package redact's rule, the one every command uses.
-func redactLog(s string) string { return redact.Text(s) }

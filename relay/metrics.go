@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"graphsync/redact"
+
 	"context"
 	"fmt"
 	"strings"
@@ -181,7 +183,7 @@ type eventTypeLabels struct {
 }
 
 func (l *eventTypeLabels) label(eventType string) string {
-	v := clip(strings.ToValidUTF8(eventType, "\uFFFD"), 64)
+	v := redact.Clip(strings.ToValidUTF8(eventType, "\uFFFD"), 64)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.seen[v] {

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"graphsync/outbox"
+	"graphsync/redact"
 )
 
 // Relay claims outbox rows and hands them to a Sink.
@@ -150,7 +151,7 @@ func (r *worker) wakeForHolds(ctx context.Context) {
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("could not read when the next hold runs out; held rows wait for the next poll",
-				zap.String("error", redactLog(err.Error())))
+				zap.String("error", redact.Text(err.Error())))
 		}
 		return
 	}
@@ -223,7 +224,7 @@ func (r *worker) drain(ctx context.Context, backoff *backoff, stream <-chan stre
 	defer func() {
 		if err := awaitSettled(); err != nil {
 			r.log.Warn("could not settle a delivered batch; its rows are delivered again when their lease runs out",
-				zap.String("error", redactLog(err.Error())))
+				zap.String("error", redact.Text(err.Error())))
 		}
 	}()
 	for ctx.Err() == nil {
@@ -380,7 +381,7 @@ func (r *worker) handBack(ctx context.Context, c claimed) {
 	defer cancel()
 	if _, _, err := r.store.OutboxSettle(bookCtx, c.holder, st); err != nil {
 		r.log.Warn("could not hand back a batch claimed ahead; its rows are free again when their lease runs out",
-			zap.Int("rows", len(st.released)), zap.String("error", redactLog(err.Error())))
+			zap.Int("rows", len(st.released)), zap.String("error", redact.Text(err.Error())))
 	}
 }
 
@@ -395,7 +396,7 @@ func (r *worker) waitAfter(ctx context.Context, err error, backoff *backoff) {
 	if errors.Is(err, outbox.ErrSinkBroken) {
 		wait = r.cfg.SinkBackoffMax
 	}
-	r.log.Warn("relay pass failed; backing off", zap.String("error", redactLog(err.Error())), zap.Duration("backoff", wait))
+	r.log.Warn("relay pass failed; backing off", zap.String("error", redact.Text(err.Error())), zap.Duration("backoff", wait))
 	sleepCtx(ctx, wait)
 }
 
@@ -487,7 +488,7 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 		// claim, is enough: the rows left by a claim were waited for.
 		if len(fresh) > 0 {
 			if err := r.awaitVisible(ctx, fresh); err != nil {
-				r.log.Warn("relay stream pass: visibility check failed", zap.String("error", redactLog(err.Error())))
+				r.log.Warn("relay stream pass: visibility check failed", zap.String("error", redact.Text(err.Error())))
 			}
 		}
 		took := map[int64]bool{}
@@ -716,7 +717,7 @@ func (r *worker) sinkFailed(ctx context.Context, holder string, batch []outbox.M
 		r.limit = max(1, min(r.limit, len(batch))/2)
 		r.metrics.sinkErrors.Inc()
 		r.log.Warn("sink failed a batch without naming an event; retrying it in smaller batches",
-			zap.Int("batch", len(batch)), zap.Int("next_limit", r.limit), zap.String("error", redactLog(sinkErr.Error())))
+			zap.Int("batch", len(batch)), zap.Int("next_limit", r.limit), zap.String("error", redact.Text(sinkErr.Error())))
 		return errSuspectBatch
 	}
 	return fmt.Errorf("sink could not take a batch of %d: %w", len(batch), sinkErr)
@@ -727,10 +728,10 @@ func (r *worker) sinkFailed(ctx context.Context, holder string, batch []outbox.M
 func (r *worker) recordFailures(ctx context.Context, holder string, failed []outbox.Message, reasons map[int64]error) error {
 	for _, m := range failed {
 		r.metrics.failed(m.EventType)
-		r.log.Warn("event failed", zap.Int64("outbox_id", m.ID), zap.String("event_type", clip(m.EventType, 64)),
-			zap.Int64("tenant_id", m.TenantID), zap.String("aggregate_type", clip(m.AggregateType, 64)),
-			zap.Int64("aggregate_id", m.AggregateID), zap.String("trace_id", clip(m.TraceID, 128)),
-			zap.Int16("attempt", m.Attempts), zap.String("error", clip(redactLog(reasons[m.ID].Error()), 1024)))
+		r.log.Warn("event failed", zap.Int64("outbox_id", m.ID), zap.String("event_type", redact.Clip(m.EventType, 64)),
+			zap.Int64("tenant_id", m.TenantID), zap.String("aggregate_type", redact.Clip(m.AggregateType, 64)),
+			zap.Int64("aggregate_id", m.AggregateID), zap.String("trace_id", redact.Clip(m.TraceID, 128)),
+			zap.Int16("attempt", m.Attempts), zap.String("error", redact.Clip(redact.Text(reasons[m.ID].Error()), 1024)))
 	}
 	bookCtx, cancel := bookkeeping(ctx)
 	defer cancel()
@@ -773,7 +774,7 @@ func (r *worker) renewLease(ctx context.Context, holder string, rows int, done <
 			err := r.store.OutboxExtendLease(renewCtx, holder, rows)
 			cancel()
 			if err != nil {
-				r.log.Warn("could not renew lease", zap.String("error", redactLog(err.Error())))
+				r.log.Warn("could not renew lease", zap.String("error", redact.Text(err.Error())))
 			}
 		}
 	}

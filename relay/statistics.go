@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"graphsync/redact"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -90,7 +92,7 @@ func (s *statistics) afterClaim(ctx context.Context, backlog bool) {
 			s.checks.Add(1)
 		case ctx.Err() == nil:
 			s.warn(&s.warnedCheck, "could not check the planner's statistics of outbox_messages; claims may be slow while a backlog lasts",
-				zap.String("error", redactLog(err.Error())))
+				zap.String("error", redact.Text(err.Error())))
 		}
 	}()
 }

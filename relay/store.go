@@ -19,6 +19,7 @@ import (
 	gsql "graphsync/sql"
 
 	"graphsync/outbox"
+	"graphsync/redact"
 )
 
 // store holds the relay's statements against outbox_messages. Each method is
@@ -332,10 +333,10 @@ func scanWindowRow(row pgx.CollectableRow) (windowRow, error) {
 	switch {
 	case !tenantKnown:
 		w.problem = fmt.Errorf("%s %d (%s): tenant %d does not exist in PostgreSQL (tenants table); the event is not applied",
-			clip(m.EventType, 64), m.AggregateID, clip(m.AggregateType, 64), m.TenantID)
+			redact.Clip(m.EventType, 64), m.AggregateID, redact.Clip(m.AggregateType, 64), m.TenantID)
 	case occurred.InfinityModifier != pgtype.Finite:
 		w.problem = fmt.Errorf("%s %d (%s): occurred_at is %s, not a point in time",
-			clip(m.EventType, 64), m.AggregateID, clip(m.AggregateType, 64), occurred.InfinityModifier)
+			redact.Clip(m.EventType, 64), m.AggregateID, redact.Clip(m.AggregateType, 64), occurred.InfinityModifier)
 	}
 	return w, nil
 }
@@ -468,7 +469,7 @@ func (s *store) OutboxFail(ctx context.Context, holder string, failed []outbox.M
 	var retryIDs, deadIDs []int64
 	var retryErrs, deadErrs []string
 	for _, m := range failed {
-		reason := clip(fmt.Sprintf("attempt %d of %d: %s", m.Attempts, s.cfg.MaxAttempts, redactLog(reasons[m.ID].Error())), maxRecordedError)
+		reason := redact.Clip(fmt.Sprintf("attempt %d of %d: %s", m.Attempts, s.cfg.MaxAttempts, redact.Text(reasons[m.ID].Error())), maxRecordedError)
 		if int(m.Attempts) >= s.cfg.MaxAttempts {
 			deadIDs = append(deadIDs, m.ID)
 			deadErrs = append(deadErrs, reason)

@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"graphsync/redact"
+
 	"context"
 	"errors"
 	"fmt"
@@ -228,7 +230,7 @@ func (s *streamer) run(ctx context.Context) error {
 		} else if errors.Is(err, errStreamStalled) {
 			s.log.Warn("replication stream stalled behind undelivered transactions; reconnecting later", zap.Duration("backoff", wait))
 		} else {
-			s.log.Warn("replication stream stopped; reconnecting", zap.String("error", redactLog(err.Error())), zap.Duration("backoff", wait))
+			s.log.Warn("replication stream stopped; reconnecting", zap.String("error", redact.Text(err.Error())), zap.Duration("backoff", wait))
 		}
 		if !sleepCtx(ctx, wait) {
 			return nil
@@ -265,7 +267,7 @@ func (s *streamer) mendSlot(ctx context.Context) {
 	case isObjectInUse(err) || isUndefinedObject(err):
 	default:
 		s.log.Warn("could not drop a replication slot that decodes from before its publication existed",
-			zap.String("error", redactLog(err.Error())))
+			zap.String("error", redact.Text(err.Error())))
 	}
 }
 
@@ -421,7 +423,7 @@ func (s *streamer) stream(ctx context.Context, conn *pgconn.PgConn) error {
 				}
 				id, err := strconv.ParseInt(string(m.Tuple.Columns[idColumn].Data), 10, 64)
 				if err != nil {
-					s.log.Warn("replication: unreadable outbox id; the fallback poll will deliver the row", zap.String("error", redactLog(err.Error())))
+					s.log.Warn("replication: unreadable outbox id; the fallback poll will deliver the row", zap.String("error", redact.Text(err.Error())))
 					continue
 				}
 				txIDs = append(txIDs, id)

@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"graphsync/redact"
+
 	"context"
 	"fmt"
 	"sync"
@@ -121,7 +123,7 @@ func (w *waker) listen(ctx context.Context) error {
 			backoff.reset() // as the stream's: a good connection starts afresh
 		}
 		wait := backoff.next()
-		r.log.Warn("LISTEN connection lost; reconnecting", zap.String("error", redactLog(err.Error())), zap.Duration("backoff", wait))
+		r.log.Warn("LISTEN connection lost; reconnecting", zap.String("error", redact.Text(err.Error())), zap.Duration("backoff", wait))
 		sleepCtx(ctx, wait)
 	}
 	return nil

@@ -220,7 +220,7 @@ func (c *connFlags) openPostgres(ctx context.Context, maxConns int32) (*pgxpool.
 	}
 	cfg, err := pgxpool.ParseConfig(c.pgURL)
 	if err != nil {
-		return nil, usageError{fmt.Sprintf("PostgreSQL URL %s is not valid: %v", redact.URL(c.pgURL), redactErr(err, c.pgURL))}
+		return nil, usageError{fmt.Sprintf("PostgreSQL URL %s is not valid: %v", redact.URL(c.pgURL), redact.LineWith(err.Error(), c.pgURL))}
 	}
 	// pgx ends a URL's userinfo at its first '@': a password holding an
 	// unescaped '@' would be cut there, and the rest of it looked up as part
@@ -251,13 +251,13 @@ func (c *connFlags) openPostgres(ctx context.Context, maxConns int32) (*pgxpool.
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("PostgreSQL at %s: %v", redact.URL(c.pgURL), redactErr(err, c.pgURL))
+		return nil, fmt.Errorf("PostgreSQL at %s: %v", redact.URL(c.pgURL), redact.LineWith(err.Error(), c.pgURL))
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %v", redact.URL(c.pgURL), redactErr(err, c.pgURL))
+		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %v", redact.URL(c.pgURL), redact.LineWith(err.Error(), c.pgURL))
 	}
 	return pool, nil
 }
@@ -335,20 +335,20 @@ func (c *connFlags) openNeo4j(ctx context.Context, verify bool) (neo4j.DriverWit
 	}
 	driver, err := neo4j.NewDriverWithContext(c.neo4jURI, auth)
 	if err != nil {
-		return nil, usageError{fmt.Sprintf("Neo4j URI %s is not valid: %v", redact.URL(c.neo4jURI), redactErr(err, c.neo4jURI))}
+		return nil, usageError{fmt.Sprintf("Neo4j URI %s is not valid: %v", redact.URL(c.neo4jURI), redact.LineWith(err.Error(), c.neo4jURI))}
 	}
 	checkCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if err := driver.VerifyConnectivity(checkCtx); err != nil {
 		if isNeo4jAuthError(err) {
 			driver.Close(ctx)
-			return nil, fmt.Errorf("Neo4j at %s refused the credentials: set GRAPHSYNC_NEO4J_USER and GRAPHSYNC_NEO4J_PASSWORD (%v)", redact.URL(c.neo4jURI), redactErr(err, c.neo4jURI))
+			return nil, fmt.Errorf("Neo4j at %s refused the credentials: set GRAPHSYNC_NEO4J_USER and GRAPHSYNC_NEO4J_PASSWORD (%v)", redact.URL(c.neo4jURI), redact.LineWith(err.Error(), c.neo4jURI))
 		}
 		if verify {
 			driver.Close(ctx)
-			return nil, fmt.Errorf("cannot reach Neo4j at %s: %v", redact.URL(c.neo4jURI), redactErr(err, c.neo4jURI))
+			return nil, fmt.Errorf("cannot reach Neo4j at %s: %v", redact.URL(c.neo4jURI), redact.LineWith(err.Error(), c.neo4jURI))
 		}
-		return driver, errNeo4jUnreachable{fmt.Errorf("Neo4j at %s is not reachable yet: %v", redact.URL(c.neo4jURI), redactErr(err, c.neo4jURI))}
+		return driver, errNeo4jUnreachable{fmt.Errorf("Neo4j at %s is not reachable yet: %v", redact.URL(c.neo4jURI), redact.LineWith(err.Error(), c.neo4jURI))}
 	}
 	return driver, nil
 }
@@ -365,12 +365,4 @@ func isNeo4jAuthError(err error) bool {
 		return strings.HasPrefix(neoErr.Code, "Neo.ClientError.Security.")
 	}
 	return strings.Contains(err.Error(), "Neo.ClientError.Security.")
-}
-
-// redactErr hides passwords in an error's text, also where a driver echoed
-// the connection string raw, and keeps it to one line.
-func redactErr(err error, raw string) string {
-	msg := redact.TextWith(err.Error(), raw)
-	// pgx lists each address it tried on a line of its own: keep one line.
-	return strings.Join(strings.FieldsFunc(msg, func(r rune) bool { return r == '\n' || r == '\t' }), " ")
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
+	"graphsync/redact"
 	"graphsync/relay"
 	"graphsync/retrieve"
 	"graphsync/workload"
@@ -102,7 +103,7 @@ func runDemo(ctx context.Context, args []string) error {
 		dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if err := relay.DropStream(dropCtx, pool, f.relay.Slot, f.relay.Publication, slotReleaseWait); err != nil {
-			fmt.Fprintf(os.Stderr, "demo: %v\n", redactErr(err, f.conn.pgURL))
+			fmt.Fprintf(os.Stderr, "demo: %v\n", redact.LineWith(err.Error(), f.conn.pgURL))
 		} else {
 			fmt.Printf("demo: dropped replication slot and publication %s (a slot nobody reads keeps WAL)\n", f.relay.Slot)
 		}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -162,13 +161,4 @@ func requireEnv(t testing.TB, name string) string {
 		t.Fatalf("stacktest: %s is not set (environment or %s): %s", name, servicesEnvFile, startHint)
 	}
 	return value
-}
-
-// Redact returns rawURL with any password replaced by "xxxxx", for messages.
-func Redact(rawURL string) string {
-	parsed, err := url.Parse(rawURL)
-	if err != nil {
-		return "<unparseable URL>"
-	}
-	return parsed.Redacted()
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+
+	"graphsync/redact"
 )
 
 // cleanGraphBatchSize bounds one DETACH DELETE transaction so a large test
@@ -44,13 +46,13 @@ func Neo4j(t testing.TB) neo4j.DriverWithContext {
 	uri := Neo4jURI(t)
 	driver, err := neo4j.NewDriverWithContext(uri, neo4jAuth(t))
 	if err != nil {
-		t.Fatalf("stacktest: Neo4j driver for %s: %v", Redact(uri), err)
+		t.Fatalf("stacktest: Neo4j driver for %s: %v", redact.URL(uri), err)
 	}
 	t.Cleanup(func() { driver.Close(context.Background()) })
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
 	if err := driver.VerifyConnectivity(ctx); err != nil {
-		t.Fatalf("stacktest: Neo4j at %s is not reachable: %v; %s", Redact(uri), err, startHint)
+		t.Fatalf("stacktest: Neo4j at %s is not reachable: %v; %s", redact.URL(uri), err, startHint)
 	}
 	return driver
 }

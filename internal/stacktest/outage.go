@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"graphsync/redact"
 )
 
 // The outage controls act on the services scripts/services.sh started; they
@@ -31,7 +33,7 @@ func StopNeo4j(t testing.TB) {
 	uri := Neo4jURI(t)
 	runScript(t, "neo4j.sh", "stop")
 	address := hostPort(t, uri)
-	waitFor(t, "Neo4j at "+Redact(uri)+" to go down", func(ctx context.Context) error {
+	waitFor(t, "Neo4j at "+redact.URL(uri)+" to go down", func(ctx context.Context) error {
 		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", address)
 		if err != nil {
 			return nil // refused: down
@@ -48,7 +50,7 @@ func StartNeo4j(t testing.TB) {
 	uri := Neo4jURI(t)
 	auth := neo4jAuth(t)
 	runScript(t, "neo4j.sh", "start")
-	waitFor(t, "Neo4j at "+Redact(uri)+" to answer", func(ctx context.Context) error {
+	waitFor(t, "Neo4j at "+redact.URL(uri)+" to answer", func(ctx context.Context) error {
 		return neo4jAnswers(ctx, uri, auth)
 	})
 }
@@ -60,7 +62,7 @@ func RestartPostgres(t testing.TB) {
 	t.Helper()
 	adminURL := requireEnv(t, EnvPostgresURL)
 	runScript(t, "pg.sh", "restart")
-	waitFor(t, "PostgreSQL at "+Redact(adminURL)+" to accept connections", func(ctx context.Context) error {
+	waitFor(t, "PostgreSQL at "+redact.URL(adminURL)+" to accept connections", func(ctx context.Context) error {
 		conn, err := pgx.Connect(ctx, adminURL)
 		if err != nil {
 			return err
@@ -112,7 +114,7 @@ func hostPort(t testing.TB, rawURL string) string {
 	t.Helper()
 	parsed, err := url.Parse(rawURL)
 	if err != nil || parsed.Host == "" {
-		t.Fatalf("stacktest: cannot read host:port from %s", Redact(rawURL))
+		t.Fatalf("stacktest: cannot read host:port from %s", redact.URL(rawURL))
 	}
 	if parsed.Port() == "" {
 		return net.JoinHostPort(parsed.Hostname(), "7687")

@@ -19,6 +19,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	graphsql "graphsync/sql"
+
+	"graphsync/redact"
 )
 
 const (
@@ -56,7 +58,7 @@ func PostgresURL(t testing.TB) string {
 	defer cancel()
 	conn, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
-		t.Fatalf("stacktest: PostgreSQL at %s is not reachable: %v; %s", Redact(adminURL), err, startHint)
+		t.Fatalf("stacktest: PostgreSQL at %s is not reachable: %v; %s", redact.URL(adminURL), err, startHint)
 	}
 	conn.Close(ctx)
 	return adminURL
@@ -76,14 +78,14 @@ func FreshDatabase(t testing.TB) (string, *pgxpool.Pool) {
 
 	template, err := ensureTemplate(ctx, adminURL)
 	if err != nil {
-		t.Fatalf("stacktest: prepare migrated template database on %s: %v", Redact(adminURL), err)
+		t.Fatalf("stacktest: prepare migrated template database on %s: %v", redact.URL(adminURL), err)
 	}
 	name := testDatabaseName(t.Name())
 	if err := withMaintenanceConn(ctx, adminURL, func(conn *pgx.Conn) error {
 		_, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{template}.Sanitize())
 		return err
 	}); err != nil {
-		t.Fatalf("stacktest: create database %s from %s on %s: %v", name, template, Redact(adminURL), err)
+		t.Fatalf("stacktest: create database %s from %s on %s: %v", name, template, redact.URL(adminURL), err)
 	}
 	keep := os.Getenv(EnvKeepDatabases) == "1"
 	t.Cleanup(func() {
@@ -104,7 +106,7 @@ func FreshDatabase(t testing.TB) (string, *pgxpool.Pool) {
 	}
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
-		t.Fatalf("stacktest: connect to test database %s: %v", Redact(dbURL), err)
+		t.Fatalf("stacktest: connect to test database %s: %v", redact.URL(dbURL), err)
 	}
 	t.Cleanup(pool.Close) // runs before the drop: cleanups run last-in first-out
 	tenantBase, err := rand.Int(rand.Reader, big.NewInt(tenantIDMax-tenantIDMin))
@@ -269,7 +271,7 @@ func withMaintenanceConn(ctx context.Context, adminURL string, fn func(*pgx.Conn
 	}
 	conn, err := pgx.Connect(ctx, maintenanceURL)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", Redact(maintenanceURL), err)
+		return fmt.Errorf("connect to %s: %w", redact.URL(maintenanceURL), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	return fn(conn)

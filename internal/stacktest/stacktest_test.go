@@ -11,6 +11,8 @@ import (
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
 	graphsql "graphsync/sql"
+
+	"graphsync/redact"
 )
 
 func TestFreshDatabaseIsMigratedAndIsolated(t *testing.T) {
@@ -60,7 +62,7 @@ func TestFreshDatabaseIsDroppedWithItsReplicationSlots(t *testing.T) {
 			t.Fatalf("current_database: %v", err)
 		}
 		if !strings.Contains(dbURL, name) {
-			t.Errorf("URL %s does not name database %s", Redact(dbURL), name)
+			t.Errorf("URL %s does not name database %s", redact.URL(dbURL), name)
 		}
 		if _, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, name); err != nil {
 			t.Fatalf("create replication slot: %v", err)
@@ -149,9 +151,9 @@ func TestParseEnvFile(t *testing.T) {
 
 func TestRedactHidesPassword(t *testing.T) {
 	t.Parallel()
-	got := Redact("postgres://graphsync:hunter2@127.0.0.1:5432/graphsync?sslmode=disable")
+	got := redact.URL("postgres://graphsync:hunter2@127.0.0.1:5432/graphsync?sslmode=disable")
 	if strings.Contains(got, "hunter2") || !strings.Contains(got, "127.0.0.1:5432") {
-		t.Errorf("Redact gave %q", got)
+		t.Errorf("redact.URL gave %q", got)
 	}
 }
 
