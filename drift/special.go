@@ -9,6 +9,7 @@ import (
 
 	"graphsync/cypher"
 	"graphsync/graphmodel"
+	gsql "graphsync/sql"
 )
 
 func (r *run) query(ctx context.Context, text string, params map[string]any) ([]*neo4j.Record, error) {
@@ -58,7 +59,7 @@ func (r *run) checkTombstonesAndTenant(ctx context.Context, tx pgx.Tx, tenant in
 		}
 		counts.Nodes += len(ids)
 		after = ids[len(ids)-1]
-		rows, err := tx.Query(ctx, "SELECT id FROM products WHERE tenant_id = $1 AND id = ANY($2)", tenant, ids)
+		rows, err := tx.Query(ctx, gsql.Query("DriftProductsAlive"), tenant, ids)
 		if err != nil {
 			return fmt.Errorf("check tombstones of tenant %d: %w", tenant, err)
 		}
@@ -119,7 +120,7 @@ func (r *run) recheckSpecial(ctx context.Context, s suspect) ([]Finding, error) 
 		return nil, nil
 	}
 	var alive bool
-	if err := r.c.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM products WHERE tenant_id = $1 AND id = $2)", s.tenant, s.id).Scan(&alive); err != nil {
+	if err := r.c.pool.QueryRow(ctx, gsql.Query("DriftProductExists"), s.tenant, s.id).Scan(&alive); err != nil {
 		return nil, fmt.Errorf("re-read product %d: %w", s.id, err)
 	}
 	if !alive {
@@ -197,7 +198,7 @@ RETURN n.tenant_id AS tenant, foreign, mine, count(*) AS nodes, min(n.id) AS exa
 	for tenant, count := range unknownTenants {
 		// Read after the graph: a tenant created meanwhile is in PostgreSQL now.
 		var exists bool
-		if err := r.c.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1)", tenant).Scan(&exists); err != nil {
+		if err := r.c.pool.QueryRow(ctx, gsql.Query("DriftTenantExists"), tenant).Scan(&exists); err != nil {
 			return fmt.Errorf("check tenant %d: %w", tenant, err)
 		}
 		if !exists {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	gsql "graphsync/sql"
 )
 
 // EnqueueOption tunes one Enqueue call.
@@ -21,9 +23,8 @@ func WithTraceID(traceID string) EnqueueOption {
 	return func(o *enqueueOptions) { o.traceID = traceID }
 }
 
-const outboxInsert = `INSERT INTO outbox_messages
-  (tenant_id, aggregate_type, aggregate_id, event_type, event_version, payload, trace_id)
-VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7)`
+// outboxInsert is the producer's insert (sql/queries/outbox.sql).
+var outboxInsert = gsql.Query("OutboxEnqueue")
 
 // Enqueue validates ev and inserts it into outbox_messages within tx, the
 // caller's transaction, so the event commits or rolls back with the business

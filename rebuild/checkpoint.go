@@ -82,17 +82,16 @@ func lockScope(ctx context.Context, pool *pgxpool.Pool, tenant int64) (unlock fu
 	release := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock_all()"); err != nil {
+		if _, err := conn.Exec(ctx, gsql.Query("RebuildUnlockAll")); err != nil {
 			conn.Conn().Close(ctx) //nolint:errcheck // a closed session holds no lock
 		}
 		conn.Release()
 	}
 	var got bool
 	if tenant == 0 {
-		err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended('graphsync rebuild', 0))`).Scan(&got)
+		err = conn.QueryRow(ctx, gsql.Query("RebuildLockAll")).Scan(&got)
 	} else {
-		err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock_shared(hashtextextended('graphsync rebuild', 0))
-			AND pg_try_advisory_lock(hashtextextended('graphsync rebuild', $1))`, tenant).Scan(&got)
+		err = conn.QueryRow(ctx, gsql.Query("RebuildLockTenant"), tenant).Scan(&got)
 	}
 	if err != nil {
 		release()

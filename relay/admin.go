@@ -97,17 +97,14 @@ func NotifyTriggerEnable(ctx context.Context, pool *pgxpool.Pool, channel string
 	// trigger is created only when it is missing or names another channel,
 	// and then gives up after notifyDDLLockTimeout.
 	var installed bool
-	if err := pool.QueryRow(ctx, `SELECT EXISTS (
-		SELECT 1 FROM pg_trigger
-		WHERE tgrelid = 'outbox_messages'::regclass AND tgname = 'graphsync_outbox_notify'
-		  AND tgenabled IN ('O', 'A') AND tgargs = convert_to($1, 'UTF8') || '\x00'::bytea)`, channel).Scan(&installed); err != nil {
+	if err := pool.QueryRow(ctx, gsql.Query("NotifyTriggerCurrent"), channel).Scan(&installed); err != nil {
 		return fmt.Errorf("read the notify trigger on outbox_messages: %w", err)
 	}
 	if installed {
 		return nil
 	}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, notifyDDLLockTimeout); err != nil {
+		if _, err := tx.Exec(ctx, gsql.Query("LockTimeoutSet"), notifyDDLLockTimeout); err != nil {
 			return err
 		}
 		// CREATE OR REPLACE TRIGGER locks out writers only; PostgreSQL 13
@@ -115,12 +112,12 @@ func NotifyTriggerEnable(ctx context.Context, pool *pgxpool.Pool, channel string
 		// A trigger's argument is DDL text, never a parameter: channel is a
 		// checked identifier, written as a string literal.
 		var replace bool
-		if err := tx.QueryRow(ctx, `SELECT current_setting('server_version_num')::int >= 140000`).Scan(&replace); err != nil {
+		if err := tx.QueryRow(ctx, gsql.Query("ServerVersionAtLeast14")).Scan(&replace); err != nil {
 			return err
 		}
 		create := "CREATE OR REPLACE TRIGGER"
 		if !replace {
-			if _, err := tx.Exec(ctx, `DROP TRIGGER IF EXISTS graphsync_outbox_notify ON outbox_messages`); err != nil {
+			if _, err := tx.Exec(ctx, gsql.Query("NotifyTriggerDrop")); err != nil {
 				return err
 			}
 			create = "CREATE TRIGGER"
@@ -150,18 +147,17 @@ const notifyDDLLockTimeout = "5s"
 // trigger, no lock.
 func NotifyTriggerDisable(ctx context.Context, pool *pgxpool.Pool) error {
 	var installed bool
-	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_trigger
-		WHERE tgrelid = 'outbox_messages'::regclass AND tgname = 'graphsync_outbox_notify')`).Scan(&installed); err != nil {
+	if err := pool.QueryRow(ctx, gsql.Query("NotifyTriggerExists")).Scan(&installed); err != nil {
 		return fmt.Errorf("read the notify trigger on outbox_messages: %w", err)
 	}
 	if !installed {
 		return nil
 	}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, notifyDDLLockTimeout); err != nil {
+		if _, err := tx.Exec(ctx, gsql.Query("LockTimeoutSet"), notifyDDLLockTimeout); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `DROP TRIGGER IF EXISTS graphsync_outbox_notify ON outbox_messages`)
+		_, err := tx.Exec(ctx, gsql.Query("NotifyTriggerDrop"))
 		return err
 	})
 	if err != nil {

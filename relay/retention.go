@@ -166,7 +166,7 @@ func ArchivePartitionsEnsure(ctx context.Context, pool *pgxpool.Pool, now time.T
 			if _, err := tx.Exec(ctx, gsql.Query("ArchivePartitionLock")); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, partitionDDLLockTimeout); err != nil {
+			if _, err := tx.Exec(ctx, gsql.Query("LockTimeoutSet"), partitionDDLLockTimeout); err != nil {
 				return err
 			}
 			var exists bool
@@ -236,7 +236,7 @@ const defaultPartition = "outbox_messages_archive_default"
 func dropArchivePartition(ctx context.Context, pool *pgxpool.Pool, name string) error {
 	table := pgx.Identifier{name}.Sanitize()
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, partitionDDLLockTimeout); err != nil {
+		if _, err := tx.Exec(ctx, gsql.Query("LockTimeoutSet"), partitionDDLLockTimeout); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, "LOCK TABLE "+table+" IN SHARE MODE"); err != nil {

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"graphsync/redact"
+	gsql "graphsync/sql"
 
 	"context"
 	"errors"
@@ -73,7 +74,7 @@ func EnsureStream(ctx context.Context, pool *pgxpool.Pool, slot, publication str
 		return err
 	}
 	var exists bool
-	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, publication).Scan(&exists); err != nil {
+	if err := pool.QueryRow(ctx, gsql.Query("PublicationExists"), publication).Scan(&exists); err != nil {
 		return fmt.Errorf("look up publication %s: %w", publication, err)
 	}
 	// published is where the WAL stood once this call created the
@@ -92,17 +93,14 @@ func EnsureStream(ctx context.Context, pool *pgxpool.Pool, slot, publication str
 		}
 		if err == nil {
 			published = new(string)
-			if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(published); err != nil {
+			if err := pool.QueryRow(ctx, gsql.Query("WALPositionRead")).Scan(published); err != nil {
 				return fmt.Errorf("read the WAL position: %w", err)
 			}
 		}
 	}
 	var usable, active, before bool
 	var kind string
-	err := pool.QueryRow(ctx, `SELECT coalesce(slot_type = 'logical' AND plugin = 'pgoutput' AND database = current_database(), false),
-		slot_type || coalesce(' slot of plugin ' || plugin, '') || coalesce(' in database ' || database, ''), active,
-		$2::text IS NOT NULL AND coalesce(confirmed_flush_lsn, '0/0'::pg_lsn) < $2::text::pg_lsn
-		FROM pg_replication_slots WHERE slot_name = $1`, slot, published).Scan(&usable, &kind, &active, &before)
+	err := pool.QueryRow(ctx, gsql.Query("ReplicationSlotInspect"), slot, published).Scan(&usable, &kind, &active, &before)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
@@ -112,13 +110,13 @@ func EnsureStream(ctx context.Context, pool *pgxpool.Pool, slot, publication str
 	case before && active:
 		return fmt.Errorf("replication slot %s is older than publication %s, which was just made again, and is in use: stop the sync that streams from it, then start again", slot, publication)
 	case before:
-		if _, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, slot); err != nil && !isUndefinedObject(err) {
+		if _, err := pool.Exec(ctx, gsql.Query("ReplicationSlotDrop"), slot); err != nil && !isUndefinedObject(err) {
 			return fmt.Errorf("drop replication slot %s, older than its publication: %w", slot, err)
 		}
 	default:
 		return nil
 	}
-	_, err = pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+	_, err = pool.Exec(ctx, gsql.Query("ReplicationSlotCreate"), slot)
 	if err != nil && !isDuplicate(err) {
 		return fmt.Errorf("create replication slot %s: %w", slot, err)
 	}
@@ -132,7 +130,7 @@ func isUndefinedObject(err error) bool {
 
 func checkWALLevel(ctx context.Context, pool *pgxpool.Pool) error {
 	var walLevel string
-	if err := pool.QueryRow(ctx, `SELECT current_setting('wal_level')`).Scan(&walLevel); err != nil {
+	if err := pool.QueryRow(ctx, gsql.Query("WALLevelRead")).Scan(&walLevel); err != nil {
 		return fmt.Errorf("read wal_level: %w", err)
 	}
 	if walLevel != "logical" {
@@ -152,7 +150,7 @@ func DropStream(ctx context.Context, pool *pgxpool.Pool, slot, publication strin
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		_, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		_, err := pool.Exec(ctx, gsql.Query("ReplicationSlotDropIfExists"), slot)
 		if err == nil {
 			break
 		}
@@ -259,7 +257,7 @@ func publicationMissing(err error) bool {
 // walsender of the connection just gone is dropped on a later try, when the
 // same error comes again.
 func (s *streamer) mendSlot(ctx context.Context) {
-	_, err := s.r.pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, s.r.cfg.Slot)
+	_, err := s.r.pool.Exec(ctx, gsql.Query("ReplicationSlotDrop"), s.r.cfg.Slot)
 	switch {
 	case err == nil:
 		s.log.Warn("replication slot decoded changes from before its publication existed; it is made again, and the fallback poll delivers the rows of the gap",

@@ -71,14 +71,6 @@ func Migrations() ([]Migration, error) {
 // migrationsLockKey serialises concurrent `graphsync migrate` runs.
 const migrationsLockKey = 0x67736d6967726174 // "gsmigrat"
 
-const createMigrationsTable = `
-CREATE TABLE IF NOT EXISTS graphsync_schema_migrations (
-  version    INTEGER PRIMARY KEY,
-  name       TEXT NOT NULL,
-  checksum   TEXT NOT NULL,
-  applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
-)`
-
 // Migrate applies every embedded migration not yet applied, each in its own
 // transaction, and returns the names of those it applied. It checks the
 // checksum of every applied migration first, so an edited migration stops it
@@ -100,8 +92,8 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) ([]
 	if err := takeMigrationLock(ctx, conn.Conn(), o.waiting); err != nil {
 		return nil, fmt.Errorf("migrate: take migration lock: %w", err)
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(migrationsLockKey)) //nolint:errcheck // released with the session anyway
-	if _, err := conn.Exec(ctx, createMigrationsTable); err != nil {
+	defer conn.Exec(context.WithoutCancel(ctx), Query("MigrationsUnlock"), int64(migrationsLockKey)) //nolint:errcheck // released with the session anyway
+	if _, err := conn.Exec(ctx, Query("MigrationsTableCreate")); err != nil {
 		return nil, fmt.Errorf("migrate: create graphsync_schema_migrations: %w", err)
 	}
 	applied, err := appliedChecksums(ctx, conn.Conn())
@@ -123,13 +115,13 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) ([]
 				// A statement waiting for a table's lock holds every later
 				// writer of the table behind it (producers, claims): the wait
 				// is bounded, and a migration can set its own.
-				if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", o.lockTimeout.Milliseconds())); err != nil {
+				if _, err := tx.Exec(ctx, Query("LockTimeoutSet"), fmt.Sprintf("%dms", o.lockTimeout.Milliseconds())); err != nil {
 					return err
 				}
 				if _, err := tx.Exec(ctx, m.SQL); err != nil {
 					return err
 				}
-				_, err := tx.Exec(ctx, recordMigration, m.Version, m.Name, m.Checksum)
+				_, err := tx.Exec(ctx, Query("MigrationRecord"), m.Version, m.Name, m.Checksum)
 				return err
 			})
 		}
@@ -145,8 +137,6 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) ([]
 	}
 	return names, nil
 }
-
-const recordMigration = `INSERT INTO graphsync_schema_migrations (version, name, checksum) VALUES ($1, $2, $3)`
 
 // noTransactionMarker, as a migration's first line, has it applied outside
 // a transaction: a statement such as CREATE INDEX CONCURRENTLY, which builds
@@ -192,7 +182,7 @@ func applyOutsideTransaction(ctx context.Context, conn *pgx.Conn, m Migration) e
 	if match := concurrentIndex.FindStringSubmatch(statement); match != nil {
 		name := match[1]
 		var valid *bool
-		if err := conn.QueryRow(ctx, `SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass($1)`, name).Scan(&valid); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		if err := conn.QueryRow(ctx, Query("IndexValid"), name).Scan(&valid); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("check index %s: %w", name, err)
 		}
 		if valid == nil || !*valid {
@@ -202,7 +192,7 @@ func applyOutsideTransaction(ctx context.Context, conn *pgx.Conn, m Migration) e
 	} else if strings.Contains(strings.ToUpper(statement), "CONCURRENTLY") {
 		return fmt.Errorf("%s builds concurrently, but the runner cannot tell which index to check", m.Name)
 	}
-	_, err := conn.Exec(ctx, recordMigration, m.Version, m.Name, m.Checksum)
+	_, err := conn.Exec(ctx, Query("MigrationRecord"), m.Version, m.Name, m.Checksum)
 	return err
 }
 
@@ -244,7 +234,7 @@ func takeMigrationLock(ctx context.Context, conn *pgx.Conn, waiting func(holderP
 	var toldAt time.Time
 	for {
 		var taken bool
-		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(migrationsLockKey)).Scan(&taken); err != nil {
+		if err := conn.QueryRow(ctx, Query("MigrationsLockTry"), int64(migrationsLockKey)).Scan(&taken); err != nil {
 			return err
 		}
 		if taken {
@@ -254,9 +244,7 @@ func takeMigrationLock(ctx context.Context, conn *pgx.Conn, waiting func(holderP
 			// Who holds it: an advisory lock of a bigint key is kept as its
 			// high and low 32 bits.
 			var holder int64
-			_ = conn.QueryRow(ctx, `SELECT coalesce(min(pid), 0) FROM pg_locks
-				WHERE locktype = 'advisory' AND granted AND objsubid = 1
-				  AND (classid::bigint << 32 | objid::bigint) = $1`, int64(migrationsLockKey)).Scan(&holder)
+			_ = conn.QueryRow(ctx, Query("MigrationsLockHolder"), int64(migrationsLockKey)).Scan(&holder)
 			waiting(holder)
 			toldAt = time.Now()
 		}
@@ -279,7 +267,7 @@ func Pending(ctx context.Context, db querier) ([]string, error) {
 		return nil, err
 	}
 	var exists bool
-	if err := db.QueryRow(ctx, `SELECT to_regclass('graphsync_schema_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+	if err := db.QueryRow(ctx, Query("MigrationsTableExists")).Scan(&exists); err != nil {
 		return nil, fmt.Errorf("check migrations table: %w", err)
 	}
 	applied := map[int]string{}
@@ -307,7 +295,7 @@ type querier interface {
 }
 
 func appliedChecksums(ctx context.Context, db querier) (map[int]string, error) {
-	rows, err := db.Query(ctx, `SELECT version, checksum FROM graphsync_schema_migrations`)
+	rows, err := db.Query(ctx, Query("MigrationsApplied"))
 	if err != nil {
 		return nil, fmt.Errorf("read applied migrations: %w", err)
 	}

@@ -20,6 +20,7 @@ import (
 	"graphsync/redact"
 	"graphsync/relay"
 	"graphsync/retrieve"
+	gsql "graphsync/sql"
 	"graphsync/workload"
 )
 
@@ -167,24 +168,7 @@ func printSummary(ctx context.Context, out io.Writer, pool *pgxpool.Pool, driver
 	// The outbox has no index by tenant that holds processed rows (ADR
 	// 0014): its events, and the pending ones, are counted in one pass for
 	// every tenant shown.
-	rows, err := pool.Query(ctx, `
-		WITH outbox AS (
-		  SELECT tenant_id, count(*) AS events, count(*) FILTER (WHERE processed_at IS NULL) AS pending
-		  FROM outbox_messages
-		  WHERE coalesce(cardinality($1::bigint[]), 0) = 0 OR tenant_id = ANY($1::bigint[])
-		  GROUP BY tenant_id)
-		SELECT t.id,
-		  (SELECT count(*) FROM products p WHERE p.tenant_id = t.id),
-		  (SELECT count(*) FROM customers c WHERE c.tenant_id = t.id),
-		  (SELECT count(*) FROM sales_orders o WHERE o.tenant_id = t.id),
-		  coalesce((SELECT events FROM outbox m WHERE m.tenant_id = t.id), 0)
-		    + (SELECT count(*) FROM outbox_messages_archive a WHERE a.tenant_id = t.id)
-		    + (SELECT count(*) FROM outbox_messages_dlq d WHERE d.tenant_id = t.id),
-		  coalesce((SELECT pending FROM outbox m WHERE m.tenant_id = t.id), 0),
-		  (SELECT count(*) FROM outbox_messages_dlq d WHERE d.tenant_id = t.id)
-		FROM tenants t
-		WHERE coalesce(cardinality($1::bigint[]), 0) = 0 OR t.id = ANY($1::bigint[])
-		ORDER BY t.id`, only)
+	rows, err := pool.Query(ctx, gsql.Query("DemoTenantSummary"), only)
 	if err != nil {
 		return fmt.Errorf("summary: read PostgreSQL: %w", err)
 	}

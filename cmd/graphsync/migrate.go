@@ -61,7 +61,7 @@ func runMigrate(ctx context.Context, args []string) error {
 		fmt.Println("postgresql: schema is current, nothing applied")
 	}
 	var walLevel string
-	if err := pool.QueryRow(ctx, `SELECT current_setting('wal_level')`).Scan(&walLevel); err == nil && walLevel != "logical" {
+	if err := pool.QueryRow(ctx, gsql.Query("WALLevelRead")).Scan(&walLevel); err == nil && walLevel != "logical" {
 		fmt.Printf("postgresql: note: wal_level is %q; the stream wake mode needs wal_level=logical (poll and notify work as is)\n", walLevel)
 	}
 	if ensureGraph != nil {

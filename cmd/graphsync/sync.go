@@ -406,7 +406,7 @@ func (r readiness) check(ctx context.Context) []string {
 		problems = append(problems, fmt.Sprintf("migrations: %d pending: run graphsync migrate", len(pending)))
 	} else if r.cfg.Wake == relay.WakeStream {
 		var walStatus string
-		err := r.pool.QueryRow(ctx, `SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.Slot).Scan(&walStatus)
+		err := r.pool.QueryRow(ctx, gsql.Query("ReplicationSlotWALStatus"), r.cfg.Slot).Scan(&walStatus)
 		switch {
 		case err != nil:
 			problems = append(problems, fmt.Sprintf("replication slot %s: cannot be read", r.cfg.Slot))

@@ -89,3 +89,11 @@ SELECT (SELECT count(*) FROM outbox_messages WHERE tenant_id = $1 AND processed_
        coalesce((SELECT extract(epoch FROM now() - min(occurred_at)) FROM outbox_messages
                  WHERE tenant_id = $1 AND processed_at IS NULL), 0)::float8,
        (SELECT count(*) FROM outbox_messages_dlq WHERE tenant_id = $1);
+
+-- name: DriftProductsAlive
+-- Which of the ids $2 of tenant $1 still have a product row (a tombstone
+-- must have none)?
+SELECT id FROM products WHERE tenant_id = $1 AND id = ANY($2);
+
+-- name: DriftTenantExists
+SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1);

@@ -618,3 +618,10 @@ SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = $1 AND relkind IN ('r', 'p
 SELECT NOT (row_security_active('outbox_messages') OR row_security_active('tenants'))
        OR pg_has_role(current_user, 'graphsync_relay', 'USAGE'),
        current_user::text;
+
+-- name: OutboxEnqueue
+-- The producer's insert (events.Enqueue), in the caller's transaction. No
+-- RETURNING: the application role may insert into the outbox but not read it.
+INSERT INTO outbox_messages
+  (tenant_id, aggregate_type, aggregate_id, event_type, event_version, payload, trace_id)
+VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7);

@@ -78,3 +78,17 @@ SET phase = $2, tenant_id = $3, label = $4, after_id = $5, replay_xid = $6::text
     done = $8, chunks = $9, updated_at = now(),
     finished_at = CASE WHEN $2 = 'done' THEN now() END
 WHERE scope_tenant_id = $1;
+
+-- name: RebuildLockAll
+-- A rebuild of every tenant: the whole scope, or false when any rebuild
+-- holds a part of it (session advisory locks, released by RebuildUnlockAll).
+SELECT pg_try_advisory_lock(hashtextextended('graphsync rebuild', 0));
+
+-- name: RebuildLockTenant
+-- A rebuild of tenant $1: shares the whole scope with other tenants'
+-- rebuilds, and holds its tenant alone.
+SELECT pg_try_advisory_lock_shared(hashtextextended('graphsync rebuild', 0))
+   AND pg_try_advisory_lock(hashtextextended('graphsync rebuild', $1));
+
+-- name: RebuildUnlockAll
+SELECT pg_advisory_unlock_all();
