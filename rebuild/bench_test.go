@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"graphsync/internal/benchdatatest"
+	"graphsync/internal/neo4jinfo"
 	"graphsync/internal/stacktest"
 	"graphsync/projector"
 )
@@ -55,7 +56,7 @@ func benchRebuildSize(b *testing.B, binary string, size int) string {
 	if err := projector.EnsureSchema(ctx, driver); err != nil {
 		b.Fatal(err)
 	}
-	pageCache, err := benchdatatest.PageCache(ctx, driver)
+	pageCache, err := neo4jinfo.PageCache(ctx, driver)
 	if err != nil {
 		b.Fatal(err)
 	}
