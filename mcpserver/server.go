@@ -32,9 +32,9 @@ const (
 	MaxBudgetChars = 20000
 	// DefaultTopK, DefaultHops and DefaultBudgetChars are a call's settings
 	// when it does not give them.
-	DefaultTopK        = 5
+	DefaultTopK        = retrieve.DefaultTopK
 	DefaultHops        = retrieve.MaxHops
-	DefaultBudgetChars = 4000
+	DefaultBudgetChars = retrieve.DefaultMaxChars
 )
 
 // Caller is who a call is for: the token that authenticated it (or "stdio")
