@@ -136,3 +136,37 @@ func countGraph(t *testing.T, driver neo4j.DriverWithContext, query string, para
 	}
 	return n
 }
+
+// A replay that could not apply an order's OrderPlaced (dead-lettered)
+// while the order's next event is pending writes the order from that event,
+// without customer and lines. The sweep's check must not take the pending
+// event as the explanation of the missing PLACED and CONTAINS edges (it
+// writes the Order node alone): it repairs them from the rows. Before, the
+// rebuild ended with no drift and the order without its edges, and sync
+// then applied the pending event on top.
+func TestRebuildRepairsEdgesAPendingEventDoesNotWrite(t *testing.T) {
+	pool, driver := stack(t)
+	ctx := context.Background()
+	tenant := writeWorkload(t, pool, driver, workload.Config{Seed: 41, Tenants: 1, Orders: 30, Writers: 1})[0]
+	order := count(t, pool, `SELECT aggregate_id FROM outbox_messages WHERE tenant_id = $1 AND event_type = 'OrderConfirmed' ORDER BY id LIMIT 1`, tenant)
+	placed := count(t, pool, `SELECT id FROM outbox_messages WHERE tenant_id = $1 AND event_type = 'OrderPlaced' AND aggregate_id = $2`, tenant, order)
+	if _, err := pool.Exec(ctx, gsql.Query("OutboxMoveToDLQ"), []int64{placed}, []string{"moved by the test"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Sync applied and marked everything but the order's later events.
+	if _, err := pool.Exec(ctx, `UPDATE outbox_messages SET processed_at = now()
+		WHERE tenant_id = $1 AND NOT (aggregate_type = 'Order' AND aggregate_id = $2)`, tenant, order); err != nil {
+		t.Fatal(err)
+	}
+
+	res := rebuildScope(t, pool, driver, Config{TenantID: tenant, Source: SourceReplay})
+	requireNoDrift(t, res, "rebuild beside the order's pending event")
+	lines := count(t, pool, `SELECT count(*) FROM order_lines WHERE tenant_id = $1 AND order_id = $2`, tenant, order)
+	p := map[string]any{"t": tenant, "o": order}
+	contains := countGraph(t, driver, `MATCH (o:Order {tenant_id: $t, id: $o})-[r:CONTAINS]->(:Product) RETURN count(r) AS n`, p)
+	customer := countGraph(t, driver, `MATCH (:Customer {tenant_id: $t})-[r:PLACED]->(o:Order {tenant_id: $t, id: $o}) RETURN count(r) AS n`, p)
+	if contains != lines || customer != 1 {
+		t.Errorf("order %d after the rebuild: %d CONTAINS (rows: %d lines), %d PLACED; the sweep left the edges a pending OrderConfirmed does not write",
+			order, contains, lines, customer)
+	}
+}
