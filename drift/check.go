@@ -191,7 +191,7 @@ func (r *run) firstPass(ctx context.Context, tx pgx.Tx, tenant int64) error {
 	if err := r.c.pool.QueryRow(ctx, gsql.Query("DriftLag"), tenant).Scan(&summary.Pending, &summary.OldestPendingSeconds, &summary.DLQ); err != nil {
 		return fmt.Errorf("read projection lag of tenant %d: %w", tenant, err)
 	}
-	pending, err := loadPending(ctx, r.c.pool, tenant)
+	pending, err := loadPending(ctx, r.c.pool, r.model, tenant)
 	if err != nil {
 		return err
 	}
@@ -241,7 +241,7 @@ func (r *run) firstPass(ctx context.Context, tx pgx.Tx, tenant int64) error {
 				return err
 			}
 			if len(findings) > 0 {
-				if p, ok := pending.explains(label.Name, id); ok && !anyStanding(findings) {
+				if p, ok := pending.explains(label.Name, id); ok && pending.explainsAll(r.model, findings) {
 					r.report.explain(tenant, label.Name, id, p, findings)
 					continue
 				}
@@ -264,16 +264,14 @@ func standing(f Finding) bool {
 	return true
 }
 
-func anyStanding(findings []Finding) bool { return slices.ContainsFunc(findings, standing) }
-
-// splitStanding separates the findings pending events may explain from
-// those that stand.
-func splitStanding(findings []Finding) (explained, stands []Finding) {
+// splitExplained separates the findings a pending event explains (by)
+// from those that stand.
+func splitExplained(findings []Finding, by func(Finding) bool) (explained, stands []Finding) {
 	for _, f := range findings {
-		if standing(f) {
-			stands = append(stands, f)
-		} else {
+		if by(f) {
 			explained = append(explained, f)
+		} else {
+			stands = append(stands, f)
 		}
 	}
 	return explained, stands
@@ -392,7 +390,7 @@ func (r *run) secondLookBatch(ctx context.Context, batch []suspect) error {
 	if err != nil {
 		return err
 	}
-	p1, err := loadPending(ctx, r.c.pool, tenant)
+	p1, err := loadPending(ctx, r.c.pool, r.model, tenant)
 	if err != nil {
 		return err
 	}
@@ -430,7 +428,7 @@ func (r *run) secondLookBatch(ctx context.Context, batch []suspect) error {
 			return err
 		}
 	}
-	p2, err := loadPending(ctx, r.c.pool, tenant)
+	p2, err := loadPending(ctx, r.c.pool, r.model, tenant)
 	if err != nil {
 		return err
 	}
@@ -441,7 +439,9 @@ func (r *run) secondLookBatch(ctx context.Context, batch []suspect) error {
 		c1, ok1 := p1.explains(s.label, s.id)
 		c2, ok2 := p2.explains(s.label, s.id)
 		if ok1 || ok2 {
-			explained, standing := splitStanding(found[i])
+			explained, standing := splitExplained(found[i], func(f Finding) bool {
+				return (ok1 && p1.explainsFinding(r.model, f)) || (ok2 && p2.explainsFinding(r.model, f))
+			})
 			if len(explained) > 0 {
 				r.report.explain(s.tenant, s.label, s.id, pendingCount{max(c1.pending, c2.pending), max(c1.dlq, c2.dlq)}, explained)
 			}
@@ -493,6 +493,104 @@ type pendingIndex struct {
 	// referenceDecodeLimit pending events (a backlog), which are then not
 	// decoded.
 	byReference map[string]map[int64]int64
+	// writes is what the decoded pending events will write (nil with
+	// byReference): a difference is explained only by an event that writes
+	// that very node or relationship.
+	writes *pendingWrites
+}
+
+// pendingWrites counts the writes of a tenant's pending events.
+type pendingWrites struct {
+	// nodes are upserted or deleted nodes (a deleted one's tombstone too);
+	// deleted the deleted ones alone (an edge goes with its end).
+	nodes, deleted map[writtenNode]int64
+	// rels are merged relationships; a Single relationship's write also
+	// counts with to = anyTarget (it removes the From node's other edges
+	// of its type).
+	rels map[writtenRel]int64
+}
+
+type writtenNode struct {
+	label string
+	id    int64
+}
+
+type writtenRel struct {
+	typ      string
+	from, to int64
+}
+
+// anyTarget stands for every To end in a writtenRel.
+const anyTarget = -1
+
+func (w *pendingWrites) add(model graphmodel.Model, mut graphmodel.Mutations) {
+	for _, n := range mut.Nodes {
+		w.nodes[writtenNode{n.Label, n.ID}]++
+	}
+	for _, d := range mut.Deletes {
+		w.nodes[writtenNode{d.Label, d.ID}]++
+		w.deleted[writtenNode{d.Label, d.ID}]++
+		if l, ok := model.Label(d.Label); ok && l.Tombstone != "" {
+			w.nodes[writtenNode{l.Tombstone, d.ID}]++
+		}
+	}
+	for _, r := range mut.Rels {
+		w.rels[writtenRel{r.Type, r.FromID, r.ToID}]++
+		if rt, ok := model.Relationship(r.Type); ok && rt.Single {
+			w.rels[writtenRel{r.Type, r.FromID, anyTarget}]++
+		}
+	}
+}
+
+// explainsAll reports whether pending events explain every finding of a
+// node.
+func (p pendingIndex) explainsAll(model graphmodel.Model, findings []Finding) bool {
+	for _, f := range findings {
+		if !p.explainsFinding(model, f) {
+			return false
+		}
+	}
+	return true
+}
+
+// explainsFinding reports whether a pending event will write what f is
+// about: the node of a node finding (upserted or deleted), the very
+// relationship of a relationship finding (or, for a Single relationship,
+// any of its type from the same node, which removes the others; or the
+// deletion of an end, which takes an extra edge with it). An OrderConfirmed
+// writes the Order node alone, so it explains a stale order but not its
+// missing PLACED or CONTAINS edges. Findings no event changes (personal
+// data, properties outside the allowlist, edges between tenants) are never
+// explained. During a backlog (events not decoded) any pending event of
+// the node's aggregate explains a node's differences (explains).
+func (p pendingIndex) explainsFinding(model graphmodel.Model, f Finding) bool {
+	if standing(f) {
+		return false
+	}
+	if p.writes == nil {
+		_, ok := p.explains(f.Label, f.ID)
+		return ok
+	}
+	w := p.writes
+	switch f.Kind {
+	case MissingNode, OrphanNode, StaleNode:
+		return w.nodes[writtenNode{f.Label, f.ID}] > 0
+	}
+	if f.rel == nil {
+		return false
+	}
+	rt, ok := model.Relationship(f.rel.typ)
+	if !ok {
+		return false
+	}
+	from, to := f.ID, f.rel.other
+	if !f.rel.out {
+		from, to = to, from
+	}
+	if w.rels[writtenRel{rt.Type, from, to}] > 0 || w.rels[writtenRel{rt.Type, from, anyTarget}] > 0 {
+		return true
+	}
+	return f.Kind == ExtraRelationship && (w.deleted[writtenNode{rt.From, from}] > 0 || w.deleted[writtenNode{rt.To, to}] > 0)
 }
 
 // referenceDecodeLimit is how many pending events of a tenant drift decodes
@@ -503,7 +601,7 @@ const referenceDecodeLimit = 10_000
 
 type pendingCount struct{ pending, dlq int64 }
 
-func loadPending(ctx context.Context, pool *pgxpool.Pool, tenant int64) (pendingIndex, error) {
+func loadPending(ctx context.Context, pool *pgxpool.Pool, model graphmodel.Model, tenant int64) (pendingIndex, error) {
 	idx := pendingIndex{byAggregate: map[string]map[int64]pendingCount{}, byType: map[string]pendingCount{}}
 	rows, err := pool.Query(ctx, gsql.Query("DriftOutboxPending"), tenant)
 	if err != nil {
@@ -537,6 +635,7 @@ func loadPending(ctx context.Context, pool *pgxpool.Pool, tenant int64) (pending
 		return idx, nil
 	}
 	idx.byReference = map[string]map[int64]int64{}
+	idx.writes = &pendingWrites{nodes: map[writtenNode]int64{}, deleted: map[writtenNode]int64{}, rels: map[writtenRel]int64{}}
 	rows, err = pool.Query(ctx, gsql.Query("DriftOutboxPendingEvents"), tenant, referenceDecodeLimit)
 	if err != nil {
 		return idx, fmt.Errorf("read pending events of tenant %d: %w", tenant, err)
@@ -549,11 +648,12 @@ func loadPending(ctx context.Context, pool *pgxpool.Pool, tenant int64) (pending
 			return idx, fmt.Errorf("read pending events of tenant %d: %w", tenant, err)
 		}
 		m.Payload = []byte(payload)
-		nodes, err := projector.NodesWritten(m)
+		mut, err := projector.Written(m)
 		if err != nil {
 			continue // it will write nothing: sync will reject it
 		}
-		for _, n := range nodes {
+		idx.writes.add(model, mut)
+		for _, n := range mut.Nodes {
 			if n.Label == graphmodel.LabelCategory || n.Label == graphmodel.LabelCustomer {
 				if idx.byReference[n.Label] == nil {
 					idx.byReference[n.Label] = map[int64]int64{}

@@ -135,6 +135,7 @@ func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 	add := func(kind Kind, detail string, repair *repairAction) {
 		findings = append(findings, Finding{Kind: kind, TenantID: tenant, Label: label.Name, ID: got.id, Count: 1, Detail: detail, repair: repair})
 	}
+	about := func(r relation) { findings[len(findings)-1].rel = &r }
 	want := map[string]relation{}
 	for _, r := range exp.rels {
 		want[r.key(model)] = r
@@ -153,6 +154,7 @@ func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 		if end := otherEndLabel(rt, r.out); !slices.Contains(r.otherLabels, end) {
 			add(ExtraRelationship, fmt.Sprintf("%s ends at a node labelled %s, not %s", relText(r, got.id), labelsText(r.otherLabels), end),
 				&repairAction{deleteRel: refOf(r, tenant, got.id)})
+			about(r)
 			continue
 		}
 		k := r.key(model)
@@ -160,6 +162,7 @@ func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 		if !ok || seen[k] {
 			add(ExtraRelationship, relText(r, got.id)+" is not implied by the rows",
 				&repairAction{deleteRel: refOf(r, tenant, got.id).guardedBy(r.out, got)})
+			about(r)
 			continue
 		}
 		seen[k] = true
@@ -186,6 +189,7 @@ func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 		}
 		if len(diffs) > 0 {
 			add(ChangedRelationship, relText(r, got.id)+": "+strings.Join(diffs, "; "), &repairAction{upsert: upsert})
+			about(r)
 		}
 		// A relationship property outside the allowlist: what the row
 		// projection's MERGE ... SET never touches, so it is removed by key.
@@ -206,6 +210,7 @@ func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 	for _, r := range exp.rels {
 		if !seen[r.key(model)] {
 			add(MissingRelationship, relText(r, exp.id)+" is missing", &repairAction{upsert: upsert})
+			about(r)
 		}
 	}
 	return findings

@@ -60,6 +60,10 @@ type Finding struct {
 	Count int `json:"count"`
 	// repair is what fixes it; nil when it is not repairable.
 	repair *repairAction
+	// rel is the relationship a missing, extra or changed relationship
+	// finding is about, seen from its owner (Label, ID): what a pending
+	// event must write to explain it.
+	rel *relation
 }
 
 // Explained is an aggregate whose difference is explained by outbox rows

@@ -85,17 +85,26 @@ func ProjectOrderRow(tenantID int64, r OrderRow) (graphmodel.Mutations, error) {
 // bytes, --max-order-lines), and an event it rejects for its size goes to
 // the DLQ and stops being pending.
 func NodesWritten(m outbox.Message) ([]graphmodel.NodeUpsert, error) {
+	mut, err := Written(m)
+	return mut.Nodes, err
+}
+
+// Written is every write sync's translation of m makes: the nodes it
+// upserts and deletes and the relationships it merges (a Single
+// relationship's row also removes the From node's other edges of its type),
+// without the size limits, as NodesWritten.
+func Written(m outbox.Message) (graphmodel.Mutations, error) {
 	ev, err := events.DecodeWithin(events.Record{OutboxID: m.ID, AggregateType: m.AggregateType, AggregateID: m.AggregateID,
 		EventType: m.EventType, EventVersion: m.EventVersion, Payload: m.Payload},
 		events.Limits{MaxPayloadBytes: math.MaxInt, MaxOrderLines: math.MaxInt})
 	if err != nil {
-		return nil, err
+		return graphmodel.Mutations{}, err
 	}
 	it, err := translate(m, ev)
 	if err != nil {
-		return nil, err
+		return graphmodel.Mutations{}, err
 	}
-	return it.mut.Nodes, nil
+	return it.mut, nil
 }
 
 // ProjectCategoryRow and ProjectCustomerRow are the reference nodes alone,

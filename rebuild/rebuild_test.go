@@ -307,10 +307,14 @@ func TestRebuildUnderLiveLoadConverges(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
+	// The workload's 8,000 orders (some 23,000 events) take about 2 minutes
+	// at the 200 events/s this machine gave without busy loops, and up
+	// to 9 minutes on a loaded 2-core one (45 events/s, two busy loops
+	// beside the tests): the wait is for its end, not a timing assertion.
 	select {
 	case <-done:
-	case <-time.After(3 * time.Minute):
-		t.Fatal("the workload did not finish within 3 minutes")
+	case <-time.After(15 * time.Minute):
+		t.Fatal("the workload did not finish within 15 minutes")
 	}
 	for i, res := range under {
 		if res.Done == 0 {

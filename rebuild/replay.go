@@ -16,12 +16,21 @@ import (
 	gsql "graphsync/sql"
 )
 
-// replay re-applies the scope's processed history through the sink, a chunk
-// at a time in (created_xid, id) order, from the checkpoint on. Rows still
-// pending are the running sync's and are passed over. Events Neo4j left
+// replay re-applies the scope's history through the sink, a chunk at a time
+// in (created_xid, id) order, from the checkpoint on. Events Neo4j left
 // unapplied after part of a chunk committed are delivered again
-// (retryNotApplied). An event the sink rejects is counted; the sweep
-// re-projects its aggregate from the rows.
+// (retryNotApplied). An event that waits for another aggregate's events (an
+// order whose product comes later in this order, see waitQueue) is kept,
+// with the later events of its aggregate, and delivered again after every
+// chunk until it applies. A processed event the sink rejects, or one still
+// waiting at the end, is counted; the sweep re-projects its aggregate from
+// the rows.
+//
+// Rows still pending are applied too: the running sync may have applied
+// them to the graph that was lost and not marked them yet (its settle
+// follows the write), and then delivers them never again. Applying one
+// twice changes nothing (the guards), and one the replay cannot apply is
+// the running sync's to retry or dead-letter, so it is not counted.
 func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) error {
 	var filter *int64
 	if b.cfg.TenantID != 0 {
@@ -57,7 +66,7 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 		waited := false
 		for {
 			var c historyChunk
-			c.batch, c.read, c.last, c.err = b.readHistory(readCtx, xid, id, filter)
+			c.batch, c.pending, c.read, c.last, c.err = b.readHistory(readCtx, xid, id, filter)
 			if c.err == nil && c.read < b.cfg.ChunkSize && !waited {
 				// The end of what is below the oldest running transaction:
 				// read the same range again once those older than the
@@ -84,6 +93,7 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 	// While a chunk is written, the next one's owner lookup is read ahead
 	// (Projector.LookAhead); the write then reads again only what the chunk
 	// before it touched.
+	waiting := newWaitQueue(max(b.cfg.ChunkSize, DefaultChunkSize))
 	c, ok := <-chunks
 	for ok {
 		if c.err != nil {
@@ -93,7 +103,7 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 			return err
 		}
 		if c.read == 0 {
-			return nil
+			break
 		}
 		next, nextOK := historyChunk{}, false
 		lookedAhead := make(chan struct{})
@@ -106,7 +116,9 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 			}
 		}()
 		// Every return below waits for the look-ahead first.
-		rejected, err := b.deliverChunk(ctx, c, prep)
+		batch, held, gaveUp := waiting.holdBack(c.batch, c.pending)
+		b.count(res, gaveUp)
+		rejected, err := b.deliverChunk(ctx, c, batch, held > 0, prep)
 		if err != nil {
 			// The replay ends here: the look-ahead must not wait for a
 			// chunk the reader may not send for a long time (it waits for
@@ -115,20 +127,19 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 		}
 		<-lookedAhead
 		if err == nil {
-			rejected, err = b.retryNotApplied(ctx, c.batch, rejected)
+			rejected, err = b.retryNotApplied(ctx, batch, rejected)
 		}
-		if len(c.batch) > 0 {
-			if err != nil {
-				return fmt.Errorf("replay events up to outbox id %d: %w", c.last.ID, err)
+		if err == nil {
+			b.count(res, waiting.add(batch, rejected, c.pending))
+			var applied bool
+			if applied, err = b.retryWaiting(ctx, waiting, res); err == nil && applied && nextOK && next.err == nil && next.prepared != nil {
+				// The waiting events just written were not in flight
+				// during the look-ahead: read it again.
+				_ = prep.LookAhead(ctx, next.prepared, nil)
 			}
-			for _, m := range c.batch {
-				if reason, ok := rejected[m.ID]; ok {
-					res.NotApplied++
-					if res.FirstRejection == "" {
-						res.FirstRejection = redact.ErrorText(fmt.Sprintf("outbox id %d: %v", m.ID, reason))
-					}
-				}
-			}
+		}
+		if err != nil {
+			return fmt.Errorf("replay events up to outbox id %d: %w", c.last.ID, err)
 		}
 		cp.replayXID, cp.replayID = c.last.XID, c.last.ID
 		cp.done += int64(c.read)
@@ -139,17 +150,56 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 		b.cfg.Progress(Progress{Phase: "replay", Done: cp.done, Total: max(total, cp.done), Chunks: cp.chunks, Resumed: res.Resumed})
 		c, ok = next, nextOK
 	}
-	return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// What still waits needs an event this history does not hold (dead
+	// letters, or a dependency sync never applied): the sweep's.
+	b.count(res, waiting.giveUp())
+	return nil
 }
 
-// deliverChunk hands a chunk's events to the sink, prepared when the sink
-// prepares ahead.
-func (b *Rebuilder) deliverChunk(ctx context.Context, c historyChunk, prep preparer) (map[int64]error, error) {
-	if len(c.batch) == 0 {
+// count adds the events of rejected that the running sync applied to res:
+// those it did not (still pending at the read) are its own to retry or
+// dead-letter.
+func (b *Rebuilder) count(res *Result, rejected []rejectedEvent) {
+	for _, r := range rejected {
+		if r.pending {
+			continue
+		}
+		res.NotApplied++
+		if res.FirstRejection == "" {
+			res.FirstRejection = redact.ErrorText(fmt.Sprintf("outbox id %d: %v", r.msg.ID, r.reason))
+		}
+	}
+}
+
+// retryWaiting delivers the waiting events again, in their order, after a
+// chunk that may have written what they wait for. Those that apply leave
+// the queue; applied reports whether any did.
+func (b *Rebuilder) retryWaiting(ctx context.Context, waiting *waitQueue, res *Result) (applied bool, err error) {
+	if len(waiting.msgs) == 0 {
+		return false, nil
+	}
+	batch := waiting.take()
+	rejected, err := b.deliver(ctx, func(ctx context.Context) (map[int64]error, error) { return b.cfg.Sink.Deliver(ctx, batch) })
+	if err != nil {
+		return false, err
+	}
+	applied = len(rejected) < len(batch)
+	b.count(res, waiting.add(batch, rejected, waiting.pending))
+	return applied, nil
+}
+
+// deliverChunk hands batch, the chunk's events less those held behind
+// waiting ones, to the sink: prepared when the sink prepares ahead and
+// nothing was held.
+func (b *Rebuilder) deliverChunk(ctx context.Context, c historyChunk, batch []outbox.Message, held bool, prep preparer) (map[int64]error, error) {
+	if len(batch) == 0 {
 		return nil, nil
 	}
-	send := func(ctx context.Context) (map[int64]error, error) { return b.cfg.Sink.Deliver(ctx, c.batch) }
-	if c.prepared != nil {
+	send := func(ctx context.Context) (map[int64]error, error) { return b.cfg.Sink.Deliver(ctx, batch) }
+	if c.prepared != nil && !held {
 		send = func(ctx context.Context) (map[int64]error, error) { return prep.DeliverPrepared(ctx, c.prepared) }
 	}
 	return b.deliver(ctx, send)
@@ -159,8 +209,8 @@ func (b *Rebuilder) deliverChunk(ctx context.Context, c historyChunk, prep prepa
 // sink left unapplied because Neo4j failed after part of the chunk had
 // committed (outbox.ErrNotApplied): they are no fault of theirs, and a replay
 // that moved on would leave them to the sweep. It tries a few times while
-// each try applies some; what is still unapplied then is counted, as any
-// rejection.
+// each try applies some; what is still unapplied then waits with the
+// deferred events (waitQueue).
 func (b *Rebuilder) retryNotApplied(ctx context.Context, batch []outbox.Message, rejected map[int64]error) (map[int64]error, error) {
 	for try := 0; try < 5; try++ {
 		var again []outbox.Message
@@ -201,9 +251,12 @@ func (b *Rebuilder) retryNotApplied(ctx context.Context, batch []outbox.Message,
 type historyChunk struct {
 	batch    []outbox.Message
 	prepared *projector.Prepared
-	read     int
-	last     relay.Position
-	err      error
+	// pending are the ids of batch's events the running sync had not
+	// marked processed at the read.
+	pending map[int64]bool
+	read    int
+	last    relay.Position
+	err     error
 }
 
 // preparer is a sink that can do the part of its delivery that needs no
@@ -236,17 +289,18 @@ func (b *Rebuilder) deliver(ctx context.Context, send func(context.Context) (map
 	}
 }
 
-// readHistory reads one chunk after (xid, id): the processed events to
-// apply, how many rows were read, and the position after the last.
-func (b *Rebuilder) readHistory(ctx context.Context, xid string, id int64, tenant *int64) ([]outbox.Message, int, relay.Position, error) {
+// readHistory reads one chunk after (xid, id): the events to apply (those
+// still pending included, their ids in pending), how many rows were read,
+// and the position after the last.
+func (b *Rebuilder) readHistory(ctx context.Context, xid string, id int64, tenant *int64) ([]outbox.Message, map[int64]bool, int, relay.Position, error) {
 	pos := relay.Position{XID: xid, ID: id}
 	rows, err := b.pool.Query(ctx, gsql.Query("OffsetRead"), xid, id, b.cfg.ChunkSize, tenant)
 	if err != nil {
-		return nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
+		return nil, nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
 	}
 	defer rows.Close()
 	var batch []outbox.Message
-	read := 0
+	pending := map[int64]bool{}
 	for rows.Next() {
 		var m outbox.Message
 		var trace pgtype.Text
@@ -254,19 +308,18 @@ func (b *Rebuilder) readHistory(ctx context.Context, xid string, id int64, tenan
 		var processed bool
 		if err := rows.Scan(&m.ID, &m.TenantID, &m.AggregateType, &m.AggregateID, &m.EventType, &m.EventVersion,
 			&m.Payload, &occurred, &m.Attempts, &trace, &pos.XID, &processed); err != nil {
-			return nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
+			return nil, nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
 		}
 		pos.ID = m.ID
-		read++
 		if !processed {
-			continue
+			pending[m.ID] = true
 		}
 		m.TraceID = trace.String
 		m.OccurredAt = occurred.Time
 		batch = append(batch, m)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
+		return nil, nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
 	}
-	return batch, read, pos, nil
+	return batch, pending, len(batch), pos, nil
 }
