@@ -13,8 +13,8 @@ import (
 	"graphsync/embed"
 	"graphsync/embed/stage"
 	"graphsync/graphmodel"
-	"graphsync/internal/benchdata"
-	"graphsync/internal/teststack"
+	"graphsync/internal/benchdatatest"
+	"graphsync/internal/stacktest"
 	"graphsync/projector"
 )
 
@@ -30,8 +30,8 @@ var embedBenchNodes = flag.Int("rebuild-embed-nodes", 20000, "BenchmarkRebuildEm
 //	. .local/services.env && go test -run '^$' -bench RebuildEmbeddings -benchtime 1x ./rebuild -args -rebuild-embed-nodes=20000
 func BenchmarkRebuildEmbeddings(b *testing.B) {
 	ctx := context.Background()
-	_, pool := teststack.FreshDatabase(b)
-	driver := teststack.Neo4j(b)
+	_, pool := stacktest.FreshDatabase(b)
+	driver := stacktest.Neo4j(b)
 	if err := projector.EnsureSchema(ctx, driver); err != nil {
 		b.Fatal(err)
 	}
@@ -43,10 +43,10 @@ func BenchmarkRebuildEmbeddings(b *testing.B) {
 	if err := stage.EnsureVectorIndex(ctx, driver, "", graphmodel.Default, embedder.Dimension()); err != nil {
 		b.Fatal(err)
 	}
-	shape := benchdata.NewShape(*embedBenchNodes)
+	shape := benchdatatest.NewShape(*embedBenchNodes)
 	tenants := shape.TenantIDs()
 	b.Cleanup(func() { wipe(b, driver, tenants) })
-	if err := benchdata.Fill(ctx, pool, shape, benchdata.Options{Events: true}); err != nil {
+	if err := benchdatatest.Fill(ctx, pool, shape, benchdatatest.Options{Events: true}); err != nil {
 		b.Fatal(err)
 	}
 	rebuildOnce := func(withVectors bool) *Result {

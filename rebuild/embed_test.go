@@ -12,7 +12,7 @@ import (
 	"graphsync/embed"
 	"graphsync/embed/stage"
 	"graphsync/graphmodel"
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 	"graphsync/projector"
 	"graphsync/workload"
 )
@@ -46,7 +46,7 @@ func TestRebuildWritesVectorsFromTheCache(t *testing.T) {
 	waitCaughtUp(t, pool)
 
 	for i, source := range []Source{SourceSnapshot, SourceReplay} {
-		teststack.CleanGraph(t, driver, tenant)
+		stacktest.CleanGraph(t, driver, tenant)
 		sink, err := projector.New(driver, projector.Config{EmbeddingModel: emb.Model()}, zaptest.NewLogger(t))
 		if err != nil {
 			t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 
 	"graphsync/embed/stage"
 	"graphsync/events"
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 )
 
 var stageTexts = flag.Int("stage-texts", 512, "BenchmarkStageEmbeddings: products embedded")
@@ -71,6 +71,6 @@ func BenchmarkStageEmbeddings(b *testing.B) {
 		b.Logf("%d texts, batches of %d: bare model loop %.1f texts/s (%s), stage %.1f texts/s (%s, of which in the embedder %s), ratio %.2f",
 			texts, batch, bareRate, bareTook.Round(time.Millisecond), stageRate, stageTook.Round(time.Millisecond),
 			round.EmbedTook.Round(time.Millisecond), stageRate/bareRate)
-		teststack.CleanGraph(b, w.driver, w.tenant)
+		stacktest.CleanGraph(b, w.driver, w.tenant)
 	}
 }
