@@ -159,6 +159,10 @@ func graphsyncEnv(pgURL, neo4jURI string, extra ...string) []string {
 		env = append(env, kv)
 	}
 	env = append(env, stacktest.EnvPostgresURL+"="+pgURL, stacktest.EnvNeo4jURI+"="+neo4jURI)
+	// Embeddings off unless a test asks for them in extra (a later entry
+	// wins): these tests are about the pipeline, and the model's files are
+	// found through GRAPHSYNC_ variables this environment leaves out.
+	env = append(env, "GRAPHSYNC_EMBEDDER=none")
 	return append(env, extra...)
 }
 
