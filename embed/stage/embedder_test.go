@@ -2,6 +2,7 @@ package stage_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,13 +18,23 @@ type counting struct {
 	texts  atomic.Int64
 	mu     sync.Mutex
 	before func()
+	// unavailable is how many calls fail as an unreachable server does
+	// before calls reach the model again.
+	unavailable int
 }
 
 func (c *counting) Embed(ctx context.Context, texts []string) ([][]float32, error) {
 	c.mu.Lock()
 	before := c.before
 	c.before = nil
+	failing := c.unavailable > 0
+	if failing {
+		c.unavailable--
+	}
 	c.mu.Unlock()
+	if failing {
+		return nil, fmt.Errorf("test server: %w", embed.ErrUnavailable)
+	}
 	if before != nil {
 		before()
 	}

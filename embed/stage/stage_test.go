@@ -3,6 +3,7 @@ package stage_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -11,9 +12,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"graphsync/cypher"
 	"graphsync/drift"
+	"graphsync/embed"
 	"graphsync/embed/stage"
 	"graphsync/events"
 	"graphsync/graphmodel"
@@ -401,4 +405,56 @@ func TestPendingReadScansTheIndexInOrder(t *testing.T) {
 			t.Fatalf("tenants %v: the pending read does not scan the pending index in order:\n%s", tenants, plan)
 		}
 	}
+}
+
+// An unavailable embedder is retried with backoff and counted; the stage
+// never stops, and the node gets its vector once the embedder answers.
+func TestUnavailableEmbedderIsRetriedWithBackoff(t *testing.T) {
+	w := newWorld(t)
+	w.emb.unavailable = 3
+	s := w.stage(stage.Config{Backoff: 10 * time.Millisecond, BackoffMax: 40 * time.Millisecond, Idle: 10 * time.Millisecond})
+	w.deliver(events.ProductCreated{ProductState: productState(w.id(1), 1, "Fan", "Quiet desk fan", 2500)})
+	if _, err := s.RunOnce(w.ctx); !errors.Is(err, embed.ErrUnavailable) {
+		t.Fatalf("RunOnce with the embedder down: %v, want ErrUnavailable", err)
+	}
+	ctx, cancel := context.WithCancel(w.ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	deadline := time.After(2 * time.Minute)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for w.node(w.id(1)).pending {
+		select {
+		case <-deadline:
+			cancel()
+			t.Fatal("the node never got its vector after the embedder came back")
+		case <-tick.C:
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run ended with %v", err)
+	}
+	w.current(w.id(1))
+	if got := testutil.ToFloat64(errorsCounter(t, s, "embedder_unavailable")); got != 3 {
+		t.Fatalf("embedder_unavailable counted %g times, want 3", got)
+	}
+}
+
+// errorsCounter is the stage's error counter of kind.
+func errorsCounter(t *testing.T, s *stage.Stage, kind string) prometheus.Collector {
+	t.Helper()
+	for _, c := range s.Collectors() {
+		if v, ok := c.(*prometheus.CounterVec); ok {
+			if m, err := v.GetMetricWithLabelValues(kind); err == nil {
+				desc := make(chan *prometheus.Desc, 1)
+				v.Describe(desc)
+				if strings.Contains((<-desc).String(), "embedding_errors_total") {
+					return m
+				}
+			}
+		}
+	}
+	t.Fatal("no embedding_errors_total collector")
+	return nil
 }
