@@ -121,7 +121,7 @@ bench-context: services-up
 # 100k and 1M nodes against the same run's plain UNWIND ... MERGE ceiling,
 # peak RSS of the command.
 bench-rebuild: services-up
-	. $(ENV_FILE) && $(GO) test -run '^$$' -bench BenchmarkRebuild -benchtime 1x -timeout 120m ./rebuild -args -rebuild-nodes=$${REBUILD_NODES:-100000,1000000}
+	. $(ENV_FILE) && $(GO) test -run '^$$' -bench '^BenchmarkRebuild$$' -benchtime 1x -timeout 120m ./rebuild -args -rebuild-nodes=$${REBUILD_NODES:-100000,1000000}
 
 # The bare embedding model loop: texts/s, CPU ms/text, load time and RSS of
 # the local model (float32 and int8) at batch sizes 1, 16, 32, 64.
