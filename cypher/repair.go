@@ -51,6 +51,9 @@ func RepairNodeText(m graphmodel.Model, label string) (string, error) {
 			graphmodel.PropOutboxID, graphmodel.PropVersion))
 	}
 	sets = append(sets, fmt.Sprintf("n.%s = row.version", graphmodel.PropVersion))
+	if m.TenantKeyed(l.Name) {
+		sets = append(sets, fmt.Sprintf("n.%s = %s", graphmodel.KeyTenantKey, TenantKeyExpr("row.tenant_id")))
+	}
 	for _, p := range l.Properties {
 		sets = append(sets, fmt.Sprintf("n.%s = row.props.%s", p.Key, p.Key))
 	}

@@ -53,7 +53,7 @@ func NewBuilder(m graphmodel.Model) (*Builder, error) {
 		case graphmodel.RoleTenant:
 			b.tenantMerge = tenantMergeText(l)
 		default:
-			b.nodeUpsert[l.Name] = nodeUpsertText(l)
+			b.nodeUpsert[l.Name] = nodeUpsertText(l, m.TenantKeyed(l.Name))
 			if l.Tombstone != "" {
 				b.nodeDelete[l.Name] = nodeDeleteText(l)
 			}
@@ -148,6 +148,10 @@ func keyPattern(label string) string {
 	return fmt.Sprintf("%s {%s: row.tenant_id, %s: row.id}", label, graphmodel.KeyTenantID, graphmodel.KeyID)
 }
 
+// TenantKeyExpr is the Cypher expression of graphmodel.TenantKey for the
+// tenant id expression tenantID (TestTenantKeyExprMatchesGo).
+func TenantKeyExpr(tenantID string) string { return "'t' + toString(" + tenantID + ")" }
+
 func tenantMergeText(l graphmodel.Label) string {
 	return fmt.Sprintf("UNWIND $rows AS row\nMERGE (n:%s {%s: row.tenant_id, %s: row.tenant_id})",
 		l.Name, graphmodel.KeyTenantID, graphmodel.KeyID)
@@ -158,7 +162,7 @@ func tenantMergeText(l graphmodel.Label) string {
 // changes nothing, also beside a concurrent write of the same node. The
 // conditional SET sits in a FOREACH rather than behind WHERE: a filter on
 // properties the same statement then sets makes Neo4j plan an Eager.
-func nodeUpsertText(l graphmodel.Label) string {
+func nodeUpsertText(l graphmodel.Label, tenantKeyed bool) string {
 	var sb strings.Builder
 	sb.WriteString("UNWIND $rows AS row\n")
 	if l.Tombstone != "" {
@@ -167,6 +171,9 @@ func nodeUpsertText(l graphmodel.Label) string {
 	}
 	fmt.Fprintf(&sb, "MERGE (n:%s)\n%sFOREACH (_ IN CASE WHEN %s THEN [1] ELSE [] END |\n", keyPattern(l.Name), lockNode("n"), guardAllows("n"))
 	fmt.Fprintf(&sb, "  SET n.%s = row.version, n.%s = row.outbox_id", graphmodel.PropVersion, graphmodel.PropOutboxID)
+	if tenantKeyed {
+		fmt.Fprintf(&sb, ",\n      n.%s = %s", graphmodel.KeyTenantKey, TenantKeyExpr("row.tenant_id"))
+	}
 	for _, p := range l.Properties {
 		fmt.Fprintf(&sb, ",\n      n.%[1]s = row.props.%[1]s", p.Key)
 	}

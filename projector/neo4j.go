@@ -331,10 +331,11 @@ func fulltextMatches(rec *neo4j.Record, f graphmodel.Fulltext) bool {
 	if want == "" {
 		want = cypher.DefaultFulltextAnalyzer
 	}
-	if analyzer != want || len(labels) != 1 || labels[0] != f.Label || len(props) != len(f.Properties) {
+	indexed := f.IndexedProperties()
+	if analyzer != want || len(labels) != 1 || labels[0] != f.Label || len(props) != len(indexed) {
 		return false
 	}
-	for i, p := range f.Properties {
+	for i, p := range indexed {
 		if props[i] != p {
 			return false
 		}

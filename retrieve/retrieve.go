@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
@@ -204,7 +205,7 @@ func (r *Retriever) Retrieve(ctx context.Context, tenantID int64, question strin
 		if err := r.checkTenant(ctx, tx, tenantID); err != nil {
 			return nil, err
 		}
-		seeds, err := r.findSeeds(ctx, tx, tenantID, query)
+		seeds, err := r.fulltextSeeds(ctx, tx, tenantID, query)
 		if err != nil {
 			return nil, err
 		}
@@ -248,21 +249,51 @@ func (r *Retriever) checkTenant(ctx context.Context, tx neo4j.ManagedTransaction
 	return nil
 }
 
-// seedQuery finds a tenant's best matches. The tenant filter runs on the
-// index's hits before ORDER BY and LIMIT, so the top-k are this tenant's top
-// k however many better matches other tenants have.
-const seedQuery = `CALL db.index.fulltext.queryNodes($index, $query) YIELD node, score
+// fulltextSeedQuery finds a tenant's best matches in one fulltext index.
+// The Lucene query requires the tenant's key (graphmodel.KeyTenantKey), so
+// the index itself intersects the question's hits with the tenant's
+// postings: a small tenant's question costs what its own matches cost, not
+// every tenant's (ADR 0024). The WHERE on tenant_id repeats the filter on
+// the key the graph's constraint holds, and runs before ORDER BY and LIMIT.
+// Only the label's allowlisted properties are read (projection).
+func fulltextSeedQuery(label graphmodel.Label) string {
+	return `CALL db.index.fulltext.queryNodes($index, $query) YIELD node, score
 WHERE node.tenant_id = $tenant
-RETURN node.id AS id, labels(node) AS labels, properties(node) AS props, score
+RETURN node.id AS id, ` + propsProjection("node", label) + ` AS props, score
 ORDER BY score DESC, id ASC
 LIMIT $topK`
+}
 
-func (r *Retriever) findSeeds(ctx context.Context, tx neo4j.ManagedTransaction, tenantID int64, query string) ([]Seed, error) {
+// propsProjection is a map projection of the label's allowlisted
+// properties: a seed never reads a vector or a property outside the
+// allowlist. Keys passed graphmodel.Validate: plain identifiers.
+func propsProjection(node string, label graphmodel.Label) string {
+	keys := make([]string, len(label.Properties))
+	for i, p := range label.Properties {
+		keys[i] = "." + p.Key
+	}
+	return node + " {" + strings.Join(keys, ", ") + "}"
+}
+
+// TenantLuceneQuery is the fulltext query of a question's terms (query,
+// from LuceneQuery) for one tenant in index f: the tenant's key required
+// with a zero boost (it filters and adds nothing to the score), the terms
+// searched in the index's declared properties only, so that a question
+// word shaped like a tenant key matches no tenant key.
+func TenantLuceneQuery(f graphmodel.Fulltext, tenantID int64, query string) string {
+	fields := make([]string, len(f.Properties))
+	for i, key := range f.Properties {
+		fields[i] = key + ":(" + query + ")"
+	}
+	return "+" + graphmodel.KeyTenantKey + ":" + graphmodel.TenantKey(tenantID) + "^0 +(" + strings.Join(fields, " ") + ")"
+}
+
+func (r *Retriever) fulltextSeeds(ctx context.Context, tx neo4j.ManagedTransaction, tenantID int64, query string) ([]Seed, error) {
 	var seeds []Seed
 	for _, f := range r.cfg.Model.Fulltext {
 		label, _ := r.cfg.Model.Label(f.Label)
-		result, err := tx.Run(ctx, seedQuery, map[string]any{
-			"index": f.Name, "query": query, "tenant": tenantID, "topK": int64(r.cfg.TopK)})
+		result, err := tx.Run(ctx, fulltextSeedQuery(label), map[string]any{
+			"index": f.Name, "query": TenantLuceneQuery(f, tenantID, query), "tenant": tenantID, "topK": int64(r.cfg.TopK)})
 		if err != nil {
 			return nil, fmt.Errorf("fulltext index %s: %w", f.Name, err)
 		}
@@ -271,22 +302,32 @@ func (r *Retriever) findSeeds(ctx context.Context, tx neo4j.ManagedTransaction, 
 			return nil, fmt.Errorf("fulltext index %s: %w", f.Name, err)
 		}
 		for _, rec := range records {
-			id, _, _ := neo4j.GetRecordValue[int64](rec, "id")
-			score, _, _ := neo4j.GetRecordValue[float64](rec, "score")
-			props, _, _ := neo4j.GetRecordValue[map[string]any](rec, "props")
-			seeds = append(seeds, Seed{Index: f.Name, Label: label.Name, ID: id, Score: score, Props: allowlisted(label, props)})
+			seeds = append(seeds, seedOf(rec, f.Name, label))
 		}
 	}
+	sortSeeds(seeds)
+	if len(seeds) > r.cfg.TopK {
+		seeds = seeds[:r.cfg.TopK]
+	}
+	return seeds, nil
+}
+
+// seedOf reads a seed query's record {id, props, score}.
+func seedOf(rec *neo4j.Record, index string, label graphmodel.Label) Seed {
+	id, _, _ := neo4j.GetRecordValue[int64](rec, "id")
+	score, _, _ := neo4j.GetRecordValue[float64](rec, "score")
+	props, _, _ := neo4j.GetRecordValue[map[string]any](rec, "props")
+	return Seed{Index: index, Label: label.Name, ID: id, Score: score, Props: allowlisted(label, props)}
+}
+
+// sortSeeds orders seeds best first, then by id.
+func sortSeeds(seeds []Seed) {
 	sort.SliceStable(seeds, func(i, j int) bool {
 		if seeds[i].Score != seeds[j].Score {
 			return seeds[i].Score > seeds[j].Score
 		}
 		return seeds[i].ID < seeds[j].ID
 	})
-	if len(seeds) > r.cfg.TopK {
-		seeds = seeds[:r.cfg.TopK]
-	}
-	return seeds, nil
 }
 
 // allowlisted keeps the properties the model allowlists for label: a

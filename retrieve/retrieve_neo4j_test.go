@@ -14,7 +14,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+
 	"graphsync/events"
+	"graphsync/graphmodel"
 	"graphsync/projector"
 )
 
@@ -303,5 +306,31 @@ func TestBudgetKeepsTheBestFirst(t *testing.T) {
 	}
 	if len(seedsOnly.Items) != 1 || len(seedsOnly.Items[0].Lines) != 1 || seedsOnly.Items[0].Seed.Expanded {
 		t.Errorf("hops 0 expanded the seed: %+v", seedsOnly.Items)
+	}
+}
+
+// The projector writes the tenant key graphmodel.TenantKey derives (the
+// Cypher expression and the Go function agree), and a question made of a
+// tenant key matches no node: the terms are searched in the declared
+// properties only.
+func TestTenantKeyIsWrittenAndNotSearchable(t *testing.T) {
+	g := newTenantGraph(t)
+	g.shop()
+	res, err := neo4j.ExecuteQuery(context.Background(), g.driver,
+		"MATCH (p:Product {tenant_id: $t}) RETURN collect(DISTINCT p.tenant_key) AS keys",
+		map[string]any{"t": g.tenant}, neo4j.EagerResultTransformer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, _, _ := neo4j.GetRecordValue[[]any](res.Records[0], "keys")
+	if len(keys) != 1 || keys[0] != graphmodel.TenantKey(g.tenant) {
+		t.Fatalf("tenant keys %v, want [%s]", keys, graphmodel.TenantKey(g.tenant))
+	}
+	got, err := retriever(t, g.driver, Config{}).Retrieve(context.Background(), g.tenant, graphmodel.TenantKey(g.tenant))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Seeds) != 0 {
+		t.Fatalf("question %q found %d seeds, want none", graphmodel.TenantKey(g.tenant), len(got.Seeds))
 	}
 }
