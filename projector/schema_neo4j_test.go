@@ -165,8 +165,8 @@ func TestEnsureSchemaRecreatesAChangedFulltextIndex(t *testing.T) {
 	if err := EnsureModelSchema(ctx, driver, model, ""); err != nil {
 		t.Fatal(err)
 	}
-	if got, props := analyzer(); got != "english" || len(props) != 2 {
-		t.Fatalf("after the model changed: analyzer %q, properties %v; want english on name, sku", got, props)
+	if got, props := analyzer(); got != "english" || len(props) != 3 {
+		t.Fatalf("after the model changed: analyzer %q, properties %v; want english on name, sku, tenant_key", got, props)
 	}
 	if err := EnsureModelSchema(ctx, driver, model, ""); err != nil {
 		t.Fatalf("third EnsureModelSchema: %v", err)

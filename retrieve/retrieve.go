@@ -10,6 +10,7 @@ import (
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
+	"graphsync/embed"
 	"graphsync/graphmodel"
 )
 
@@ -49,6 +50,17 @@ type Config struct {
 	Model *graphmodel.Model
 	// Timeout bounds one retrieval. Default: 30s.
 	Timeout time.Duration
+	// Embedder turns the question into a vector for vector and hybrid
+	// retrieval; it must be the model the graph's embeddings were made
+	// with. Default: nil (lexical retrieval only).
+	Embedder embed.Embedder
+	// Retrieval is how seeds are found. Default: RetrievalHybrid with an
+	// Embedder, RetrievalLexical without.
+	Retrieval Retrieval
+	// ExactScanMax is the largest tenant (in products) whose vector seeds
+	// are found by scoring every product exactly; a larger tenant's come
+	// from the vector index, over-fetched (ADR 0024). Default: 20000.
+	ExactScanMax int
 }
 
 func (c Config) withDefaults() Config {
@@ -72,6 +84,15 @@ func (c Config) withDefaults() Config {
 	if c.Timeout == 0 {
 		c.Timeout = 30 * time.Second
 	}
+	if c.Retrieval == "" {
+		c.Retrieval = RetrievalLexical
+		if c.Embedder != nil {
+			c.Retrieval = RetrievalHybrid
+		}
+	}
+	if c.ExactScanMax == 0 {
+		c.ExactScanMax = defaultExactScanMax
+	}
 	return c
 }
 
@@ -85,6 +106,14 @@ func (c Config) validate() error {
 		return fmt.Errorf("max-chars must be at least %d, got %d", MinMaxChars, c.MaxChars)
 	case c.Related < 1:
 		return fmt.Errorf("related must be at least 1, got %d", c.Related)
+	case c.ExactScanMax < 0:
+		return fmt.Errorf("exact-scan-max must not be negative, got %d", c.ExactScanMax)
+	}
+	if _, err := ParseRetrieval(string(c.Retrieval)); err != nil {
+		return err
+	}
+	if c.Retrieval != RetrievalLexical && c.Embedder == nil {
+		return fmt.Errorf("%s retrieval needs an embedder (the model the graph's embeddings were made with)", c.Retrieval)
 	}
 	if err := c.Model.Validate(); err != nil {
 		return fmt.Errorf("graph model: %w", err)
@@ -163,10 +192,14 @@ type Result struct {
 	// masked, on one line, at most maxQuestionEcho characters.
 	Question    string
 	LuceneQuery string
-	Indexes     []string
-	TopK        int
-	Hops        int
-	MaxChars    int
+	// Retrieval is how the seeds were found.
+	Retrieval Retrieval
+	// Vector says how the vector seeds were found (nil without them).
+	Vector   *VectorPlan
+	Indexes  []string
+	TopK     int
+	Hops     int
+	MaxChars int
 	// Seeds are every seed found, best first, before trimming.
 	Seeds []Seed
 	// Items are what fits in MaxChars, most relevant first.
@@ -187,9 +220,18 @@ func (r *Retriever) Retrieve(ctx context.Context, tenantID int64, question strin
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	res := &Result{TenantID: tenantID, Question: shorten(lineText(question), maxQuestionEcho), LuceneQuery: query,
-		TopK: r.cfg.TopK, Hops: r.cfg.Hops, MaxChars: r.cfg.MaxChars}
-	for _, f := range r.cfg.Model.Fulltext {
-		res.Indexes = append(res.Indexes, f.Name)
+		Retrieval: r.cfg.Retrieval, TopK: r.cfg.TopK, Hops: r.cfg.Hops, MaxChars: r.cfg.MaxChars}
+	if r.cfg.Retrieval != RetrievalVector {
+		for _, f := range r.cfg.Model.Fulltext {
+			res.Indexes = append(res.Indexes, f.Name)
+		}
+	}
+	var vector []float32
+	if r.cfg.Retrieval != RetrievalLexical {
+		res.Indexes = append(res.Indexes, VectorIndexProduct)
+		if vector, err = r.questionVector(ctx, question); err != nil {
+			return nil, err
+		}
 	}
 
 	session := r.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeRead, DatabaseName: r.cfg.Database})
@@ -201,11 +243,11 @@ func (r *Retriever) Retrieve(ctx context.Context, tenantID int64, question strin
 		_ = session.Close(closeCtx)
 	}()
 	_, err = session.ExecuteRead(ctx, func(tx neo4j.ManagedTransaction) (any, error) {
-		res.Seeds = nil
+		res.Seeds, res.Vector = nil, nil
 		if err := r.checkTenant(ctx, tx, tenantID); err != nil {
 			return nil, err
 		}
-		seeds, err := r.fulltextSeeds(ctx, tx, tenantID, query)
+		seeds, plan, err := r.seeds(ctx, tx, tenantID, query, vector)
 		if err != nil {
 			return nil, err
 		}
@@ -214,7 +256,7 @@ func (r *Retriever) Retrieve(ctx context.Context, tenantID int64, question strin
 				return nil, err
 			}
 		}
-		res.Seeds = seeds
+		res.Seeds, res.Vector = seeds, plan
 		return nil, nil
 	})
 	if err != nil {
@@ -225,6 +267,28 @@ func (r *Retriever) Retrieve(ctx context.Context, tenantID int64, question strin
 	}
 	res.Items, res.Chars, res.Truncated = rank(res.Seeds, r.cfg.Hops, r.cfg.MaxChars)
 	return res, nil
+}
+
+// seeds finds the seeds the retrieval mode asks for.
+func (r *Retriever) seeds(ctx context.Context, tx neo4j.ManagedTransaction, tenantID int64, query string, vector []float32) ([]Seed, *VectorPlan, error) {
+	switch r.cfg.Retrieval {
+	case RetrievalVector:
+		seeds, plan, err := r.vectorSeeds(ctx, tx, tenantID, vector, r.cfg.TopK)
+		return seeds, &plan, err
+	case RetrievalHybrid:
+		candidates := candidatesPerList(r.cfg.TopK)
+		lexical, err := r.fulltextSeeds(ctx, tx, tenantID, query, candidates)
+		if err != nil {
+			return nil, nil, err
+		}
+		semantic, plan, err := r.vectorSeeds(ctx, tx, tenantID, vector, candidates)
+		if err != nil {
+			return nil, nil, err
+		}
+		return fuse(r.cfg.TopK, lexical, semantic), &plan, nil
+	}
+	seeds, err := r.fulltextSeeds(ctx, tx, tenantID, query, r.cfg.TopK)
+	return seeds, nil, err
 }
 
 func (r *Retriever) checkTenant(ctx context.Context, tx neo4j.ManagedTransaction, tenantID int64) error {
@@ -288,12 +352,12 @@ func TenantLuceneQuery(f graphmodel.Fulltext, tenantID int64, query string) stri
 	return "+" + graphmodel.KeyTenantKey + ":" + graphmodel.TenantKey(tenantID) + "^0 +(" + strings.Join(fields, " ") + ")"
 }
 
-func (r *Retriever) fulltextSeeds(ctx context.Context, tx neo4j.ManagedTransaction, tenantID int64, query string) ([]Seed, error) {
+func (r *Retriever) fulltextSeeds(ctx context.Context, tx neo4j.ManagedTransaction, tenantID int64, query string, topK int) ([]Seed, error) {
 	var seeds []Seed
 	for _, f := range r.cfg.Model.Fulltext {
 		label, _ := r.cfg.Model.Label(f.Label)
 		result, err := tx.Run(ctx, fulltextSeedQuery(label), map[string]any{
-			"index": f.Name, "query": TenantLuceneQuery(f, tenantID, query), "tenant": tenantID, "topK": int64(r.cfg.TopK)})
+			"index": f.Name, "query": TenantLuceneQuery(f, tenantID, query), "tenant": tenantID, "topK": int64(topK)})
 		if err != nil {
 			return nil, fmt.Errorf("fulltext index %s: %w", f.Name, err)
 		}
@@ -306,8 +370,8 @@ func (r *Retriever) fulltextSeeds(ctx context.Context, tx neo4j.ManagedTransacti
 		}
 	}
 	sortSeeds(seeds)
-	if len(seeds) > r.cfg.TopK {
-		seeds = seeds[:r.cfg.TopK]
+	if len(seeds) > topK {
+		seeds = seeds[:topK]
 	}
 	return seeds, nil
 }

@@ -1,0 +1,146 @@
+package retrieve
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+
+	"graphsync/graphmodel"
+)
+
+// The vector index of product embeddings and the property it covers (the
+// contract with the embedding stage: cosine, the model's dimension).
+const (
+	VectorIndexProduct = "product_embedding"
+	PropEmbedding      = "embedding"
+)
+
+// Defaults of the vector seed strategy (ADR 0024).
+const (
+	// defaultExactScanMax: a tenant with at most this many products is
+	// searched exactly, every product's cosine computed (the tenant's own
+	// cost, recall 1).
+	defaultExactScanMax = 20_000
+	// overFetchFactor: a larger tenant asks the index for
+	// k * (all products / the tenant's) * overFetchFactor neighbours, so that
+	// k of the tenant are expected among them.
+	overFetchFactor = 2
+	// maxVectorFetch bounds one index query; past it the exact scan runs.
+	maxVectorFetch = 10_000
+)
+
+// vectorExactQuery scores every one of the tenant's products against the
+// question's vector: read through the (tenant_id, id) constraint index, so it
+// costs what the tenant's own products cost, and the top-k is the tenant's
+// exact top-k.
+func vectorExactQuery(label graphmodel.Label) string {
+	return `MATCH (node:` + label.Name + ` {tenant_id: $tenant})
+WHERE node.` + PropEmbedding + ` IS NOT NULL
+WITH node, vector.similarity.cosine(node.` + PropEmbedding + `, $vector) AS score
+ORDER BY score DESC, node.id ASC
+LIMIT $topK
+RETURN node.id AS id, ` + propsProjection("node", label) + ` AS props, score`
+}
+
+// vectorIndexQuery asks the index for $fetch neighbours of every tenant (the
+// index of Neo4j 5 cannot filter) and keeps the tenant's, before the top-k.
+func vectorIndexQuery(label graphmodel.Label) string {
+	return `CALL db.index.vector.queryNodes($index, $fetch, $vector) YIELD node, score
+WHERE node.tenant_id = $tenant
+RETURN node.id AS id, ` + propsProjection("node", label) + ` AS props, score
+ORDER BY score DESC, id ASC
+LIMIT $topK`
+}
+
+// vectorSizeQuery counts the tenant's products (a count on the constraint
+// index) and every product (the count store).
+func vectorSizeQuery(label graphmodel.Label) string {
+	return `CALL () { MATCH (n:` + label.Name + ` {tenant_id: $tenant}) RETURN count(n) AS tenantNodes }
+CALL () { MATCH (n:` + label.Name + `) RETURN count(n) AS allNodes }
+RETURN tenantNodes, allNodes`
+}
+
+// VectorPlan says how the vector seeds of one question were found.
+type VectorPlan struct {
+	// Exact is true when every product of the tenant was scored.
+	Exact bool
+	// Fetches are the index queries' sizes, in order (empty when exact at once).
+	Fetches []int
+	// TenantNodes and AllNodes are the sizes the choice rested on.
+	TenantNodes, AllNodes int64
+}
+
+// vectorSeeds returns the tenant's topK products nearest to vector, chosen
+// per tenant by size: a tenant of at most ExactScanMax products is scored
+// exactly; a larger one asks the index for enough neighbours that topK of
+// its own are expected among them, grows the ask fourfold while fewer come
+// back, and falls back to the exact scan past maxVectorFetch. A tenant with
+// topK or more embedded products therefore always gets topK seeds.
+func (r *Retriever) vectorSeeds(ctx context.Context, tx neo4j.ManagedTransaction, tenantID int64, vector []float32, topK int) ([]Seed, VectorPlan, error) {
+	label, _ := r.cfg.Model.Label(graphmodel.LabelProduct)
+	var plan VectorPlan
+	params := map[string]any{"tenant": tenantID, "vector": float64s(vector), "topK": int64(topK), "index": VectorIndexProduct}
+	rec, err := single(ctx, tx, vectorSizeQuery(label), params)
+	if err != nil {
+		return nil, plan, fmt.Errorf("vector seeds: size the tenant: %w", err)
+	}
+	plan.TenantNodes, _, _ = neo4j.GetRecordValue[int64](rec, "tenantNodes")
+	plan.AllNodes, _, _ = neo4j.GetRecordValue[int64](rec, "allNodes")
+	if plan.TenantNodes > int64(r.cfg.ExactScanMax) {
+		share := float64(plan.AllNodes) / float64(max(plan.TenantNodes, 1))
+		fetch := int(math.Ceil(float64(topK) * share * overFetchFactor))
+		for fetch <= maxVectorFetch {
+			plan.Fetches = append(plan.Fetches, fetch)
+			params["fetch"] = int64(fetch)
+			seeds, err := collectSeeds(ctx, tx, vectorIndexQuery(label), params, label)
+			if err != nil {
+				return nil, plan, fmt.Errorf("vector index %s: %w", VectorIndexProduct, err)
+			}
+			if len(seeds) >= topK {
+				return seeds, plan, nil
+			}
+			fetch *= 4
+		}
+	}
+	plan.Exact = true
+	seeds, err := collectSeeds(ctx, tx, vectorExactQuery(label), params, label)
+	if err != nil {
+		return nil, plan, fmt.Errorf("vector seeds: exact scan: %w", err)
+	}
+	return seeds, plan, nil
+}
+
+func collectSeeds(ctx context.Context, tx neo4j.ManagedTransaction, query string, params map[string]any, label graphmodel.Label) ([]Seed, error) {
+	result, err := tx.Run(ctx, query, params)
+	if err != nil {
+		return nil, err
+	}
+	records, err := result.Collect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	seeds := make([]Seed, 0, len(records))
+	for _, rec := range records {
+		seeds = append(seeds, seedOf(rec, VectorIndexProduct, label))
+	}
+	return seeds, nil
+}
+
+func single(ctx context.Context, tx neo4j.ManagedTransaction, query string, params map[string]any) (*neo4j.Record, error) {
+	result, err := tx.Run(ctx, query, params)
+	if err != nil {
+		return nil, err
+	}
+	return result.Single(ctx)
+}
+
+// float64s widens a vector for the driver, which packs []float64 natively.
+func float64s(v []float32) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
