@@ -36,7 +36,7 @@ const (
 	StaleEmbedding          Kind = "stale_embedding"
 	WrongEmbeddingModel     Kind = "wrong_embedding_model"
 	WrongEmbeddingDimension Kind = "wrong_embedding_dimension"
-	ForeignRelType     Kind = "foreign_relationship_type"
+	ForeignRelType          Kind = "foreign_relationship_type"
 )
 
 // Kinds lists the drift kinds in report order.
