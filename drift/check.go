@@ -227,7 +227,7 @@ func (r *run) firstPass(ctx context.Context, tx pgx.Tx, tenant int64) error {
 				counts.Nodes++
 			}
 			id := idOf(exp, got)
-			if findings := compareNode(r.model, tenant, label, exp, got); len(findings) > 0 {
+			if findings := compareNode(r.model, r.c.cfg.Vectors, tenant, label, exp, got); len(findings) > 0 {
 				if p, ok := pending.explains(label.Name, id); ok && !anyStanding(findings) {
 					r.report.explain(tenant, label.Name, id, p, findings)
 					continue
@@ -404,10 +404,10 @@ func (r *run) secondLookBatch(ctx context.Context, batch []suspect) error {
 		label, _ := r.model.Label(s.label)
 		k := key{s.label, s.id}
 		first, got, second := r1[k], graph[k], r2[k]
-		findings := compareNode(r.model, s.tenant, label, second, got)
+		findings := compareNode(r.model, r.c.cfg.Vectors, s.tenant, label, second, got)
 		switch {
 		case len(findings) == 0:
-		case len(compareNode(r.model, s.tenant, label, first, got)) == 0:
+		case len(compareNode(r.model, r.c.cfg.Vectors, s.tenant, label, first, got)) == 0:
 			findings = nil // the graph holds R1's state: in step, R2 is on its way
 		case label.Role == graphmodel.RoleAggregate && first != nil && second != nil && got != nil &&
 			first.version < got.version && got.version < second.version:

@@ -126,14 +126,14 @@ func TestRetrievalQuality(t *testing.T) {
 		t.Fatalf("%d questions share no word with their answers, want at least 10", semantic)
 	}
 
-	g := newTenantGraph(t)
+	e := realEmbedder(t)
+	g := newEmbeddedTenantGraph(t, e)
 	var evs []events.Event
 	for _, p := range products {
 		evs = append(evs, events.ProductCreated{ProductState: g.product(p.ID, 1, p.Name, p.Description, 0, "", 1000)})
 	}
 	g.apply(evs...)
-	e := realEmbedder(t)
-	embedTenant(t, g.driver, e, g.tenant)
+	g.embed(e)
 
 	// Each question's lexical and vector candidates, fetched once; the
 	// fusion methods are compared on the same lists.

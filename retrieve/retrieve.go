@@ -115,6 +115,9 @@ func (c Config) validate() error {
 	if c.Retrieval != RetrievalLexical && c.Embedder == nil {
 		return fmt.Errorf("%s retrieval needs an embedder (the model the graph's embeddings were made with)", c.Retrieval)
 	}
+	if c.Retrieval != RetrievalLexical && c.Model.Embedding == nil {
+		return fmt.Errorf("%s retrieval needs a graph model that embeds a label", c.Retrieval)
+	}
 	if err := c.Model.Validate(); err != nil {
 		return fmt.Errorf("graph model: %w", err)
 	}
@@ -228,7 +231,7 @@ func (r *Retriever) Retrieve(ctx context.Context, tenantID int64, question strin
 	}
 	var vector []float32
 	if r.cfg.Retrieval != RetrievalLexical {
-		res.Indexes = append(res.Indexes, VectorIndexProduct)
+		res.Indexes = append(res.Indexes, r.cfg.Model.Embedding.Index)
 		if vector, err = r.questionVector(ctx, question); err != nil {
 			return nil, err
 		}

@@ -97,7 +97,7 @@ func buildSyntheticGraph(b *testing.B, driver neo4j.DriverWithContext, products,
 	}
 	if _, err := neo4j.ExecuteQuery(ctx, driver, fmt.Sprintf(`CREATE VECTOR INDEX %s IF NOT EXISTS FOR (n:Product) ON n.%s
 		OPTIONS {indexConfig: {`+"`vector.dimensions`: %d, `vector.similarity_function`: 'cosine'"+`}}`,
-		VectorIndexProduct, PropEmbedding, vectorDimension), nil, neo4j.EagerResultTransformer); err != nil {
+		graphmodel.VectorProductEmbed, graphmodel.PropEmbedding, vectorDimension), nil, neo4j.EagerResultTransformer); err != nil {
 		b.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(3, 5))
@@ -218,10 +218,10 @@ RETURN node.id AS id, score ORDER BY score DESC, id ASC LIMIT $topK`
 			{"fulltext-only", fulltextSeedQuery(label), func() map[string]any {
 				return map[string]any{"index": text.Name, "query": TenantLuceneQuery(text, tenant, tenantOnlyWord), "tenant": tenant, "topK": int64(5)}
 			}},
-			{"vector-exact-common", vectorExactQuery(label), func() map[string]any {
+			{"vector-exact-common", vectorExactQuery(graphmodel.DefaultEmbedding, label), func() map[string]any {
 				return map[string]any{"vector": nearCentre(rng, g.centres[kettleCentre], 0.5), "tenant": tenant, "topK": int64(5)}
 			}},
-			{"vector-exact-only", vectorExactQuery(label), func() map[string]any {
+			{"vector-exact-only", vectorExactQuery(graphmodel.DefaultEmbedding, label), func() map[string]any {
 				return map[string]any{"vector": nearCentre(rng, g.centres[tenantOnlyCentreID], 0.5), "tenant": tenant, "topK": int64(5)}
 			}},
 		}
@@ -281,7 +281,7 @@ func BenchmarkVectorSeeds(b *testing.B) {
 			plans := make([]VectorPlan, len(strategies))
 			for round := range *seedRounds + 3 {
 				vector := nearCentre(rng, g.centres[rng.IntN(syntheticCentres)], 0.5)
-				_, want := timeRead(b, driver, vectorExactQuery(label), map[string]any{"vector": vector, "tenant": which.tenant, "topK": int64(k)})
+				_, want := timeRead(b, driver, vectorExactQuery(graphmodel.DefaultEmbedding, label), map[string]any{"vector": vector, "tenant": which.tenant, "topK": int64(k)})
 				for i, s := range strategies {
 					r := retriever(b, driver, Config{})
 					r.cfg.ExactScanMax = s.exactMax

@@ -10,13 +10,6 @@ import (
 	"graphsync/graphmodel"
 )
 
-// The vector index of product embeddings and the property it covers (the
-// contract with the embedding stage: cosine, the model's dimension).
-const (
-	VectorIndexProduct = "product_embedding"
-	PropEmbedding      = "embedding"
-)
-
 // Defaults of the vector seed strategy (ADR 0024).
 const (
 	// defaultExactScanMax: a tenant with at most this many products is
@@ -35,10 +28,10 @@ const (
 // question's vector: read through the (tenant_id, id) constraint index, so it
 // costs what the tenant's own products cost, and the top-k is the tenant's
 // exact top-k.
-func vectorExactQuery(label graphmodel.Label) string {
+func vectorExactQuery(e graphmodel.Embedding, label graphmodel.Label) string {
 	return `MATCH (node:` + label.Name + ` {tenant_id: $tenant})
-WHERE node.` + PropEmbedding + ` IS NOT NULL
-WITH node, vector.similarity.cosine(node.` + PropEmbedding + `, $vector) AS score
+WHERE node.` + e.VectorProperty + ` IS NOT NULL
+WITH node, vector.similarity.cosine(node.` + e.VectorProperty + `, $vector) AS score
 ORDER BY score DESC, node.id ASC
 LIMIT $topK
 RETURN node.id AS id, ` + propsProjection("node", label) + ` AS props, score`
@@ -79,9 +72,10 @@ type VectorPlan struct {
 // back, and falls back to the exact scan past maxVectorFetch. A tenant with
 // topK or more embedded products therefore always gets topK seeds.
 func (r *Retriever) vectorSeeds(ctx context.Context, tx neo4j.ManagedTransaction, tenantID int64, vector []float32, topK int) ([]Seed, VectorPlan, error) {
-	label, _ := r.cfg.Model.Label(graphmodel.LabelProduct)
+	e := *r.cfg.Model.Embedding
+	label, _ := r.cfg.Model.Label(e.Label)
 	var plan VectorPlan
-	params := map[string]any{"tenant": tenantID, "vector": float64s(vector), "topK": int64(topK), "index": VectorIndexProduct}
+	params := map[string]any{"tenant": tenantID, "vector": float64s(vector), "topK": int64(topK), "index": e.Index}
 	rec, err := single(ctx, tx, vectorSizeQuery(label), params)
 	if err != nil {
 		return nil, plan, fmt.Errorf("vector seeds: size the tenant: %w", err)
@@ -94,9 +88,9 @@ func (r *Retriever) vectorSeeds(ctx context.Context, tx neo4j.ManagedTransaction
 		for fetch <= maxVectorFetch {
 			plan.Fetches = append(plan.Fetches, fetch)
 			params["fetch"] = int64(fetch)
-			seeds, err := collectSeeds(ctx, tx, vectorIndexQuery(label), params, label)
+			seeds, err := collectSeeds(ctx, tx, vectorIndexQuery(label), params, e.Index, label)
 			if err != nil {
-				return nil, plan, fmt.Errorf("vector index %s: %w", VectorIndexProduct, err)
+				return nil, plan, fmt.Errorf("vector index %s: %w", e.Index, err)
 			}
 			if len(seeds) >= topK {
 				return seeds, plan, nil
@@ -105,14 +99,14 @@ func (r *Retriever) vectorSeeds(ctx context.Context, tx neo4j.ManagedTransaction
 		}
 	}
 	plan.Exact = true
-	seeds, err := collectSeeds(ctx, tx, vectorExactQuery(label), params, label)
+	seeds, err := collectSeeds(ctx, tx, vectorExactQuery(e, label), params, e.Index, label)
 	if err != nil {
 		return nil, plan, fmt.Errorf("vector seeds: exact scan: %w", err)
 	}
 	return seeds, plan, nil
 }
 
-func collectSeeds(ctx context.Context, tx neo4j.ManagedTransaction, query string, params map[string]any, label graphmodel.Label) ([]Seed, error) {
+func collectSeeds(ctx context.Context, tx neo4j.ManagedTransaction, query string, params map[string]any, index string, label graphmodel.Label) ([]Seed, error) {
 	result, err := tx.Run(ctx, query, params)
 	if err != nil {
 		return nil, err
@@ -123,7 +117,7 @@ func collectSeeds(ctx context.Context, tx neo4j.ManagedTransaction, query string
 	}
 	seeds := make([]Seed, 0, len(records))
 	for _, rec := range records {
-		seeds = append(seeds, seedOf(rec, VectorIndexProduct, label))
+		seeds = append(seeds, seedOf(rec, index, label))
 	}
 	return seeds, nil
 }

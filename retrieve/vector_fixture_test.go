@@ -2,14 +2,16 @@ package retrieve
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 
-	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+	"go.uber.org/zap/zaptest"
 
 	"graphsync/embed"
+	"graphsync/embed/stage"
 	"graphsync/graphmodel"
+	"graphsync/internal/teststack"
+	"graphsync/projector"
 )
 
 var (
@@ -30,53 +32,38 @@ func realEmbedder(t testing.TB) embed.Embedder {
 	return testEmbedder
 }
 
-// ensureVectorIndex creates the product vector index of the embedding
-// stage's contract (cosine, the model's dimension) if it is missing.
-func ensureVectorIndex(t testing.TB, driver neo4j.DriverWithContext, dimension int) {
+// newEmbeddedTenantGraph is newTenantGraph with a projector that embeds
+// with e's model, as sync does with --embedder: product nodes carry the
+// hash of their text and are pending until embed runs the embedding stage.
+func newEmbeddedTenantGraph(t testing.TB, e embed.Embedder) *tenantGraph {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := neo4j.ExecuteQuery(ctx, driver, fmt.Sprintf(`CREATE VECTOR INDEX %s IF NOT EXISTS FOR (n:%s) ON n.%s
-		OPTIONS {indexConfig: {`+"`vector.dimensions`: %d, `vector.similarity_function`: 'cosine'"+`}}`,
-		VectorIndexProduct, graphmodel.LabelProduct, PropEmbedding, dimension), nil, neo4j.EagerResultTransformer); err != nil {
+	g := newTenantGraph(t)
+	sink, err := projector.New(g.driver, projector.Config{EmbeddingModel: e.Model()}, zaptest.NewLogger(t))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := neo4j.ExecuteQuery(ctx, driver, "CALL db.awaitIndexes(300)", nil, neo4j.EagerResultTransformer); err != nil {
+	t.Cleanup(sink.Close)
+	g.sink = sink
+	if err := stage.EnsureVectorIndex(context.Background(), g.driver, "", graphmodel.Default, e.Dimension()); err != nil {
 		t.Fatal(err)
 	}
+	return g
 }
 
-// embedTenant writes every product of the tenant its vector, as the
-// embedding stage does: the embedded text is name, a line break and
-// description, as the graph holds them (masked).
-func embedTenant(t testing.TB, driver neo4j.DriverWithContext, e embed.Embedder, tenant int64) {
-	t.Helper()
-	ctx := context.Background()
-	ensureVectorIndex(t, driver, e.Dimension())
-	res, err := neo4j.ExecuteQuery(ctx, driver, "MATCH (p:Product {tenant_id: $t}) RETURN p.id AS id, coalesce(p.name, '') + '\n' + coalesce(p.description, '') AS text ORDER BY id",
-		map[string]any{"t": tenant}, neo4j.EagerResultTransformer)
+// embed runs the embedding stage (e39b's, with its PostgreSQL cache in a
+// fresh database) over the tenant until nothing is pending.
+func (g *tenantGraph) embed(e embed.Embedder) {
+	g.t.Helper()
+	_, pool := teststack.FreshDatabase(g.t)
+	s, err := stage.New(g.driver, stage.NewCache(pool), e, stage.Config{Tenants: []int64{g.tenant}}, zaptest.NewLogger(g.t))
 	if err != nil {
-		t.Fatal(err)
+		g.t.Fatal(err)
 	}
-	var ids []int64
-	var texts []string
-	for _, rec := range res.Records {
-		id, _, _ := neo4j.GetRecordValue[int64](rec, "id")
-		text, _, _ := neo4j.GetRecordValue[string](rec, "text")
-		ids, texts = append(ids, id), append(texts, text)
-	}
-	vectors, err := e.Embed(ctx, texts)
+	round, err := s.Drain(context.Background())
 	if err != nil {
-		t.Fatal(err)
+		g.t.Fatal(err)
 	}
-	rows := make([]map[string]any, len(ids))
-	for i := range ids {
-		rows[i] = map[string]any{"id": ids[i], "v": float64s(vectors[i])}
-	}
-	if _, err := neo4j.ExecuteQuery(ctx, driver, `UNWIND $rows AS r MATCH (p:Product {tenant_id: $t, id: r.id})
-		SET p.`+PropEmbedding+` = r.v`, map[string]any{"t": tenant, "rows": rows}, neo4j.EagerResultTransformer); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := neo4j.ExecuteQuery(ctx, driver, "CALL db.awaitIndexes(300)", nil, neo4j.EagerResultTransformer); err != nil {
-		t.Fatal(err)
+	if round.Written == 0 {
+		g.t.Fatalf("the embedding stage wrote no vector: %+v", round)
 	}
 }
