@@ -145,30 +145,37 @@ func TestTenantFilterRunsBeforeTheLimit(t *testing.T) {
 // Questions shaped like Lucene syntax or Cypher injection are searches: a
 // result or a clear error, never a crash, and the graph is unchanged.
 func TestHostileQuestions(t *testing.T) {
-	g := newTenantGraph(t)
+	e := realEmbedder(t)
+	g := newEmbeddedTenantGraph(t, e)
 	g.shop()
+	g.embed(e)
 	ctx := context.Background()
 	before, err := projector.DumpGraph(ctx, g.driver, g.tenant)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := retriever(t, g.driver, Config{})
 	questions := []string{`"`, `*`, `~`, `AND OR`, `NOT`, `kettle AND OR NOT`, `'}) DETACH DELETE n //`,
 		`"}) MATCH (n) DETACH DELETE n RETURN 1 //`, `kettle~0.5 speak* "deep bass`, `name:kettle^10 OR tenant_id:1`,
-		`\`, `(`, `[a TO z]`, `/regex/`, strings.Repeat("kettle speaker grinder ", 10_000/23+1), "",
+		`+tenant_key:t1 OR kettle`, `\`, `(`, `[a TO z]`, `/regex/`, strings.Repeat("kettle speaker grinder ", 10_000/23+1), "",
 		"   ", "Wasserkocher für Tee ☕ 电水壶 чайник", "kettle\x00", "\u202ekettle", distinctWords(10_000), hanParagraph(20, 64), scriptChanges(64, 64, 0),
-		scriptChanges(64, 64, 'ー')}
-	for _, q := range questions {
-		res, err := r.Retrieve(ctx, g.tenant, q)
-		if err != nil {
-			if !errors.Is(err, ErrNoSearchTerms) {
-				t.Errorf("question %.40q: %v", q, err)
+		scriptChanges(64, 64, 'ー'), strings.Repeat("boil water for tea ", 1<<20/19+1), "\xff\xfe kettle \xc3 for tea\xed\xa0\x80"}
+	for _, mode := range []Retrieval{RetrievalLexical, RetrievalVector, RetrievalHybrid} {
+		r := retriever(t, g.driver, Config{Embedder: e, Retrieval: mode})
+		for _, q := range questions {
+			res, err := r.Retrieve(ctx, g.tenant, q)
+			if err != nil {
+				if !errors.Is(err, ErrNoSearchTerms) {
+					t.Errorf("%s, question %.40q: %v", mode, q, err)
+				}
+				continue
 			}
-			continue
+			var out bytes.Buffer
+			if err := res.WriteMarkdown(&out); err != nil {
+				t.Errorf("%s, question %.40q: render: %v", mode, q, err)
+			}
 		}
-		var out bytes.Buffer
-		if err := res.WriteMarkdown(&out); err != nil {
-			t.Errorf("question %.40q: render: %v", q, err)
+		if _, err := r.Retrieve(ctx, g.tenant, `'}) DETACH DELETE n //`); err != nil {
+			t.Errorf("%s: an injection-shaped question with words is a search: %v", mode, err)
 		}
 	}
 	after, err := projector.DumpGraph(ctx, g.driver, g.tenant)
@@ -178,8 +185,49 @@ func TestHostileQuestions(t *testing.T) {
 	if before.String() != after.String() {
 		t.Errorf("the graph changed:\nbefore\n%s\nafter\n%s", before, after)
 	}
-	if _, err := r.Retrieve(ctx, g.tenant, `'}) DETACH DELETE n //`); err != nil {
-		t.Errorf("an injection-shaped question with words is a search: %v", err)
+}
+
+// Vector and hybrid seeds are the tenant's own, found before the top-k: a
+// small tenant beside a large one with the same products, nearer in meaning,
+// gets its top-k from its own products, whether it is scanned exactly or
+// found through the index (over-fetched, grown, then exact).
+func TestVectorSeedsStayInTenant(t *testing.T) {
+	e := realEmbedder(t)
+	products, _ := readQualitySet(t)
+	large, small := newEmbeddedTenantGraph(t, e), newEmbeddedTenantGraph(t, e)
+	var evs []events.Event
+	for _, p := range products {
+		evs = append(evs, events.ProductCreated{ProductState: large.product(p.ID, 1, p.Name, p.Description, 0, "", 1000)})
+	}
+	large.apply(evs...)
+	large.embed(e)
+	// The small tenant's twelve products are the large one's first twelve
+	// (kitchen things); the question is about water and tea.
+	evs = evs[:0]
+	for _, p := range products[:12] {
+		evs = append(evs, events.ProductCreated{ProductState: small.product(p.ID, 1, p.Name, p.Description, 0, "", 1000)})
+	}
+	small.apply(evs...)
+	small.embed(e)
+	for _, exactMax := range []int{defaultExactScanMax, 1} {
+		for _, mode := range []Retrieval{RetrievalVector, RetrievalHybrid} {
+			r := retriever(t, small.driver, Config{Embedder: e, Retrieval: mode, TopK: 10, NoHops: true, ExactScanMax: exactMax})
+			res, err := r.Retrieve(context.Background(), small.tenant, "something to make hot drinks with")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Seeds) != 10 {
+				t.Errorf("%s, exact scan up to %d products: %d seeds, want 10 (the tenant has 12 embedded products)", mode, exactMax, len(res.Seeds))
+			}
+			for _, s := range res.Seeds {
+				if s.ID <= small.base || s.ID > small.base+int64(len(products)) {
+					t.Errorf("%s, exact scan up to %d products: seed %d is not the small tenant's", mode, exactMax, s.ID)
+				}
+			}
+			if exactMax == 1 && (res.Vector == nil || len(res.Vector.Fetches) == 0) {
+				t.Errorf("%s: the small tenant above the exact-scan size did not go through the index: %+v", mode, res.Vector)
+			}
+		}
 	}
 }
 
