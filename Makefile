@@ -14,7 +14,7 @@ GO ?= go
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 ENV_FILE := .local/services.env
 
-.PHONY: build model services-up services-down services-status test test-unit test-e2e demo bench bench-relay bench-context bench-drift bench-rebuild vet clean
+.PHONY: build model services-up services-down services-status test test-unit test-graphrag test-e2e demo bench bench-relay bench-context bench-drift bench-rebuild vet clean
 
 build:
 	$(GO) build -o bin/graphsync ./cmd/graphsync
@@ -41,6 +41,7 @@ test:
 	@status=0; \
 	$(MAKE) --no-print-directory services-up || status=$$?; \
 	if [ $$status -eq 0 ]; then $(MAKE) --no-print-directory test-unit || status=$$?; fi; \
+	if [ $$status -eq 0 ]; then $(MAKE) --no-print-directory test-graphrag || status=$$?; fi; \
 	if [ $$status -eq 0 ]; then $(MAKE) --no-print-directory test-e2e || status=$$?; fi; \
 	$(MAKE) --no-print-directory services-down || true; \
 	if [ $$status -ne 0 ]; then echo "make test: FAILED (exit $$status)" >&2; fi; \
@@ -53,6 +54,11 @@ test:
 # time (-p 1); tests inside a package isolate themselves by tenant.
 test-unit:
 	. $(ENV_FILE) && $(GO) test -p 1 $(GO_TEST_FLAGS) $$($(GO) list ./... | grep -v /e2e)
+
+# neo4j-graphrag-python's retrievers against the graph sync builds (a
+# private venv from PyPI under .local; needs running services).
+test-graphrag: build
+	scripts/graphrag-client.sh
 
 test-e2e:
 	. $(ENV_FILE) && pkgs="$$($(GO) list -e ./e2e/... 2>/dev/null || true)"; \
