@@ -16,7 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"graphsync/internal/benchdata"
+	"graphsync/internal/benchdatatest"
 )
 
 // settings are what a reader needs to compare two result files.
@@ -84,10 +84,10 @@ func collectSettings(ctx context.Context, st *stack, cfg benchConfig, root strin
 		conn.Close(queryCtx)
 	}
 	s.Neo4jVersion = st.neo4jVersion(queryCtx)
-	if pageCache, err := benchdata.PageCache(queryCtx, st.driver); err == nil {
+	if pageCache, err := benchdatatest.PageCache(queryCtx, st.driver); err == nil {
 		s.Neo4jPageCache = pageCache
 	}
-	if initial, largest, err := benchdata.Heap(queryCtx, st.driver); err == nil {
+	if initial, largest, err := benchdatatest.Heap(queryCtx, st.driver); err == nil {
 		s.Neo4jHeapInitial, s.Neo4jHeapLargest = initial, largest
 	}
 	git := exec.CommandContext(queryCtx, "git", "describe", "--always", "--dirty")

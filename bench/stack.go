@@ -49,7 +49,7 @@ const (
 	benchAppName = "graphsync-bench"
 	// databasePrefix names every database bench creates; slots use it too.
 	databasePrefix = "gsbench_"
-	// Id bases of fresh databases, as internal/teststack draws tenant ids.
+	// Id bases of fresh databases, as internal/stacktest draws tenant ids.
 	idBaseMin = 1_000_000
 	idBaseMax = 1_000_000_000_000
 	// cleanBatchRows bounds one inner transaction of the graph clean-up, so a

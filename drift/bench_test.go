@@ -15,8 +15,8 @@ import (
 	"go.uber.org/zap"
 
 	"graphsync/graphmodel"
-	"graphsync/internal/benchdata"
-	"graphsync/internal/teststack"
+	"graphsync/internal/benchdatatest"
+	"graphsync/internal/stacktest"
 	"graphsync/projector"
 )
 
@@ -29,9 +29,9 @@ var benchSizes = flag.String("drift-nodes", "100000,1000000", "BenchmarkDrift: g
 // drift, a drift check with 100 planted differences, and the peak RSS of
 // `graphsync drift` as a process. Run it with `make bench-drift`.
 func BenchmarkDrift(b *testing.B) {
-	binary := benchdata.Binary(b)
+	binary := benchdatatest.Binary(b)
 	var rss []string
-	for _, size := range benchdata.Sizes(b, "drift-nodes", *benchSizes) {
+	for _, size := range benchdatatest.Sizes(b, "drift-nodes", *benchSizes) {
 		b.Run(fmt.Sprintf("nodes=%d", size), func(b *testing.B) {
 			rss = append(rss, benchDriftSize(b, binary, size))
 		})
@@ -41,20 +41,20 @@ func BenchmarkDrift(b *testing.B) {
 
 func benchDriftSize(b *testing.B, binary string, size int) string {
 	ctx := context.Background()
-	pgURL, pool := teststack.FreshDatabase(b)
-	driver := teststack.Neo4j(b)
+	pgURL, pool := stacktest.FreshDatabase(b)
+	driver := stacktest.Neo4j(b)
 	if err := projector.EnsureSchema(ctx, driver); err != nil {
 		b.Fatal(err)
 	}
-	shape := benchdata.NewShape(size)
+	shape := benchdatatest.NewShape(size)
 	tenantIDs := shape.TenantIDs()
 	b.Cleanup(func() {
-		if err := benchdata.Wipe(context.Background(), driver, tenantIDs); err != nil {
+		if err := benchdatatest.Wipe(context.Background(), driver, tenantIDs); err != nil {
 			b.Error(err)
 		}
 	})
 	start := time.Now()
-	if err := benchdata.Fill(ctx, pool, shape, benchdata.Options{MixedStatuses: true}); err != nil {
+	if err := benchdatatest.Fill(ctx, pool, shape, benchdatatest.Options{MixedStatuses: true}); err != nil {
 		b.Fatal(err)
 	}
 	b.Logf("%d nodes: tables filled in %s", size, time.Since(start).Round(time.Second))
@@ -108,8 +108,8 @@ func benchDriftSize(b *testing.B, binary string, size int) string {
 
 	// Peak RSS of the command as a user runs it.
 	cmd := exec.Command(binary, "drift", "--format", "json", "--out", os.DevNull, "--recheck-after", "1ms", "--log-level", "error")
-	cmd.Env = append(os.Environ(), "GRAPHSYNC_PG_URL="+pgURL, "GRAPHSYNC_NEO4J_URI="+teststack.Neo4jURI(b))
-	peak, out, err := benchdata.PeakRSS(cmd)
+	cmd.Env = append(os.Environ(), "GRAPHSYNC_PG_URL="+pgURL, "GRAPHSYNC_NEO4J_URI="+stacktest.Neo4jURI(b))
+	peak, out, err := benchdatatest.PeakRSS(cmd)
 	if err != nil && cmd.ProcessState.ExitCode() != 1 {
 		b.Fatalf("graphsync drift: %v\n%s", err, out)
 	}

@@ -17,9 +17,9 @@ import (
 	"go.uber.org/zap"
 
 	"graphsync/graphmodel"
-	"graphsync/internal/redact"
+	"graphsync/outbox"
 	"graphsync/projector"
-	"graphsync/relay"
+	"graphsync/redact"
 	gsql "graphsync/sql"
 )
 
@@ -528,7 +528,7 @@ func loadPending(ctx context.Context, pool *pgxpool.Pool, tenant int64) (pending
 	}
 	defer rows.Close()
 	for rows.Next() {
-		m := relay.Message{TenantID: tenant}
+		m := outbox.Message{TenantID: tenant}
 		var payload string
 		if err := rows.Scan(&m.ID, &m.AggregateType, &m.AggregateID, &m.EventType, &m.EventVersion, &payload); err != nil {
 			return idx, fmt.Errorf("read pending events of tenant %d: %w", tenant, err)

@@ -16,18 +16,20 @@ import (
 	"graphsync/cypher"
 	"graphsync/events"
 	"graphsync/graphmodel"
-	"graphsync/internal/synctest"
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
+	"graphsync/pipelinetest"
 	"graphsync/workload"
 )
 
-func stack(t *testing.T) (*pgxpool.Pool, neo4j.DriverWithContext) { return synctest.Stack(t) }
+func stack(t *testing.T) (*pgxpool.Pool, neo4j.DriverWithContext) { return pipelinetest.Stack(t) }
 
 func startSync(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, id string) {
-	synctest.StartSync(t, pool, driver, id)
+	pipelinetest.StartSync(t, pool, driver, id)
 }
 
-func waitCaughtUp(t *testing.T, pool *pgxpool.Pool) { synctest.WaitCaughtUp(t, pool, 60*time.Second) }
+func waitCaughtUp(t *testing.T, pool *pgxpool.Pool) {
+	pipelinetest.WaitCaughtUp(t, pool, 60*time.Second)
+}
 
 // syncedWorkload writes cfg's workload into an emptied graph and syncs it
 // with one sync process (syncID) until caught up; sync keeps running.
@@ -64,7 +66,7 @@ func check(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, ten
 }
 
 func cleanGraph(t *testing.T, driver neo4j.DriverWithContext, tenants []int64) {
-	t.Cleanup(func() { teststack.CleanGraph(t, driver, tenants...) })
+	t.Cleanup(func() { stacktest.CleanGraph(t, driver, tenants...) })
 }
 
 // The event path (sync) and the row path (the row projection) give the
@@ -343,7 +345,7 @@ func TestNoFalseDriftUnderLoad(t *testing.T) {
 	startSync(t, pool, driver, "sync-a")
 	startSync(t, pool, driver, "sync-b")
 	// The tenants exist once the workload's set-up committed them.
-	tenants, done := synctest.StartWorkload(t, pool, workload.Config{Seed: 3, Tenants: 2, Orders: 1500, Writers: 3})
+	tenants, done := pipelinetest.StartWorkload(t, pool, workload.Config{Seed: 3, Tenants: 2, Orders: 1500, Writers: 3})
 	cleanGraph(t, driver, tenants)
 	runs := 0
 	for loaded := true; loaded; runs++ {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 	"graphsync/workload"
 )
 
@@ -25,7 +25,7 @@ const e2ePassword = "e2e-S3cret-pw-93f1"
 //   - Neo4j unreachable: the service starts anyway, /healthz answers 200 and
 //     /readyz 503 naming Neo4j, and nothing is marked processed.
 func TestBadConfig(t *testing.T) {
-	neo4jURI := teststack.Neo4jURI(t)
+	neo4jURI := stacktest.Neo4jURI(t)
 
 	// A password with characters a URL must escape, to catch redaction of
 	// only one of its spellings.

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"time"
 
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 	"graphsync/workload"
 )
 
@@ -65,7 +65,7 @@ func (s *stack) lastTenant() int64 {
 func (s *stack) neo4jOutage(relays ...*syncProc) {
 	t := s.t
 	t.Helper()
-	teststack.StopNeo4j(t)
+	stacktest.StopNeo4j(t)
 	s.neo4jDown = true
 	stoppedAt := time.Now()
 
@@ -117,7 +117,7 @@ func (s *stack) neo4jOutage(relays ...*syncProc) {
 	s.logf("Neo4j down for %s: %d rows were in flight at the stop (%d of them marked, committed before it); pending grew from %d to %d; /readyz 503 throughout",
 		time.Since(stoppedAt).Round(100*time.Millisecond), len(inFlight), markedInFlight, pendingAtStop, pendingAtEnd)
 
-	teststack.StartNeo4j(t)
+	stacktest.StartNeo4j(t)
 	s.neo4jDown = false
 	restartedAt := time.Now()
 	for _, p := range relays {
@@ -154,7 +154,7 @@ func (s *stack) postgresRestart(w *writer, wake string, relays ...*syncProc) {
 	t.Helper()
 	w.restartBegin()
 	s.pgRestarting = true
-	teststack.RestartPostgres(t)
+	stacktest.RestartPostgres(t)
 	s.pgRestarting = false
 	// The pool's connections died with the server.
 	s.pool.Reset()

@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 )
 
 // Timeouts of the waits the tests make. Every wait polls a condition and fails
@@ -66,15 +66,15 @@ type stack struct {
 
 func newStack(t *testing.T) *stack {
 	t.Helper()
-	dbURL, pool := teststack.FreshDatabase(t)
-	driver := teststack.Neo4j(t)
+	dbURL, pool := stacktest.FreshDatabase(t)
+	driver := stacktest.Neo4j(t)
 	var random [4]byte
 	_, _ = rand.Read(random[:])
 	logDir, err := os.MkdirTemp("", "graphsync-e2e-"+strings.ReplaceAll(t.Name(), "/", "_")+"-")
 	if err != nil {
 		t.Fatalf("log dir: %v", err)
 	}
-	s := &stack{t: t, dbURL: dbURL, pool: pool, neo4j: driver, neo4jURI: teststack.Neo4jURI(t),
+	s := &stack{t: t, dbURL: dbURL, pool: pool, neo4j: driver, neo4jURI: stacktest.Neo4jURI(t),
 		suffix: hex.EncodeToString(random[:]), logDir: logDir, begin: time.Now()}
 	// Cleanups run last-in first-out: processes stop first, then PostgreSQL
 	// and Neo4j come back if the test left them down, then the graph is
@@ -84,14 +84,14 @@ func newStack(t *testing.T) *stack {
 	t.Cleanup(func() {
 		if s.neo4jDown {
 			t.Logf("the test ended with Neo4j stopped; starting it again")
-			teststack.StartNeo4j(t)
+			stacktest.StartNeo4j(t)
 			s.neo4jDown = false
 		}
 	})
 	t.Cleanup(func() {
 		if s.pgRestarting {
 			t.Logf("the test ended in a failed PostgreSQL restart; restarting it again")
-			teststack.RestartPostgres(t)
+			stacktest.RestartPostgres(t)
 			s.pgRestarting = false
 		}
 	})
@@ -113,7 +113,7 @@ func (s *stack) cleanGraph() {
 		s.t.Errorf("list tenants to clean from Neo4j: %v", err)
 		return
 	}
-	teststack.CleanGraph(s.t, s.neo4j, tenants...)
+	stacktest.CleanGraph(s.t, s.neo4j, tenants...)
 }
 
 // stopAll kills what is still running, fails the test if a process
@@ -153,12 +153,12 @@ func graphsyncEnv(pgURL, neo4jURI string, extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, "GRAPHSYNC_") && name != teststack.EnvNeo4jUser && name != teststack.EnvNeo4jPassword {
+		if strings.HasPrefix(name, "GRAPHSYNC_") && name != stacktest.EnvNeo4jUser && name != stacktest.EnvNeo4jPassword {
 			continue
 		}
 		env = append(env, kv)
 	}
-	env = append(env, teststack.EnvPostgresURL+"="+pgURL, teststack.EnvNeo4jURI+"="+neo4jURI)
+	env = append(env, stacktest.EnvPostgresURL+"="+pgURL, stacktest.EnvNeo4jURI+"="+neo4jURI)
 	return append(env, extra...)
 }
 

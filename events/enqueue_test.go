@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 )
 
 // inTenantTx runs fn in a transaction of the application role for tenantID,
@@ -69,7 +69,7 @@ func outboxRows(t *testing.T, pool *pgxpool.Pool, tenantID int64) []storedRow {
 }
 
 func TestEnqueueWritesInCallersTransaction(t *testing.T) {
-	_, pool := teststack.FreshDatabase(t)
+	_, pool := stacktest.FreshDatabase(t)
 	ctx := context.Background()
 	var tenantID int64
 	if err := pool.QueryRow(ctx, "INSERT INTO tenants (name) VALUES ('t') RETURNING id").Scan(&tenantID); err != nil {
@@ -136,7 +136,7 @@ func TestEnqueueWritesInCallersTransaction(t *testing.T) {
 // A plain-SQL producer inserting as the seed shows (no event_version, so 1)
 // with the v1 ProductCreated shape is decoded through the upcaster.
 func TestSeedStyleInsertDecodes(t *testing.T) {
-	_, pool := teststack.FreshDatabase(t)
+	_, pool := stacktest.FreshDatabase(t)
 	ctx := context.Background()
 	var tenantID int64
 	if err := pool.QueryRow(ctx, "INSERT INTO tenants (name) VALUES ('t') RETURNING id").Scan(&tenantID); err != nil {

@@ -7,7 +7,7 @@ import (
 
 	"graphsync/cypher"
 	"graphsync/graphmodel"
-	"graphsync/relay"
+	"graphsync/outbox"
 )
 
 // Sentinel errors in the rejected map of Deliver (wrapped with detail).
@@ -19,7 +19,7 @@ var (
 	ErrCrossTenant = errors.New("id belongs to another tenant")
 	// ErrNotProjected: the event needs a node that is not in the graph (it
 	// was deleted). When the node is only not projected yet, the rejection
-	// also wraps relay.ErrDeferred: the event is valid and waits, uncounted.
+	// also wraps outbox.ErrDeferred: the event is valid and waits, uncounted.
 	ErrNotProjected = errors.New("referenced node not in the graph")
 	// ErrRefusedByNeo4j: Neo4j refused the event's own writes; other events
 	// of the batch were applied without it.
@@ -157,7 +157,7 @@ func (a *admission) check(it *item) error {
 			return reject(it, ErrNotProjected, "%s: %s %d was deleted", r.field, strings.ToLower(r.label), r.id)
 		}
 		if wait == nil {
-			wait = &rejection{kind: ErrNotProjected, cause: relay.ErrDeferred, msg: it.name + ": " + fmt.Sprintf(
+			wait = &rejection{kind: ErrNotProjected, cause: outbox.ErrDeferred, msg: it.name + ": " + fmt.Sprintf(
 				"%s: %s %d is not in the graph yet (its events are not projected yet); waiting for them",
 				r.field, strings.ToLower(r.label), r.id)}
 		}

@@ -10,7 +10,7 @@ import (
 
 	"graphsync/events"
 	"graphsync/graphmodel"
-	"graphsync/relay"
+	"graphsync/outbox"
 )
 
 // BenchmarkProjector measures events/s through Deliver into the real Neo4j at
@@ -88,7 +88,7 @@ const (
 func newBenchMix(b testing.TB, p *Projector, driver neo4j.DriverWithContext) *benchMix {
 	b.Helper()
 	m := &benchMix{ids: newIDs(b, driver), customers: benchCustomers, nextOrder: 1_000_000, p: p}
-	var setup []relay.Message
+	var setup []outbox.Message
 	for n := range int64(benchProducts) {
 		s := product(m.ids.id(n), 1, fmt.Sprint("Product ", n), m.ids.id(900_000+n%8), fmt.Sprint("Category ", n%8), 1000+n, "active")
 		m.products = append(m.products, s)
@@ -98,8 +98,8 @@ func newBenchMix(b testing.TB, p *Projector, driver neo4j.DriverWithContext) *be
 	return m
 }
 
-func (m *benchMix) next(b testing.TB, size int) []relay.Message {
-	batch := make([]relay.Message, 0, size)
+func (m *benchMix) next(b testing.TB, size int) []outbox.Message {
+	batch := make([]outbox.Message, 0, size)
 	for range size {
 		m.k++
 		switch {
@@ -130,7 +130,7 @@ func (m *benchMix) next(b testing.TB, size int) []relay.Message {
 // plainStatements writes the batch's nodes and relationships the naive way:
 // MERGE and SET every row, no guard, no lookup. Translation happens here,
 // outside the timed part.
-func (m *benchMix) plainStatements(b *testing.B, batch []relay.Message) []plainStatement {
+func (m *benchMix) plainStatements(b *testing.B, batch []outbox.Message) []plainStatement {
 	rows := map[string][]any{}
 	var order []string
 	add := func(text string, row map[string]any) {

@@ -10,7 +10,7 @@ import (
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
 	"graphsync/events"
-	"graphsync/relay"
+	"graphsync/outbox"
 )
 
 // The bisection is tested against a fake transaction (Neo4j cannot be made
@@ -34,7 +34,7 @@ func TestDeliverIsolatesEventsNeo4jRefuses(t *testing.T) {
 		return map[int64]error{}, nil
 	}
 	a := &ids{tenant: 5}
-	var batch []relay.Message
+	var batch []outbox.Message
 	for i := int64(1); i <= 10; i++ {
 		batch = append(batch, a.message(t, events.ProductCreated{ProductState: product(i, 1, fmt.Sprint("P", i), 0, "", 100, "active")}))
 	}
@@ -67,7 +67,7 @@ func TestDeliverReturnsUnavailabilityAsBatchError(t *testing.T) {
 	down := &neo4j.ConnectivityError{Inner: errors.New("connection refused")}
 	p.applyBatch = func(context.Context, []*item, *lookAhead) (map[int64]error, error) { return nil, down }
 	a := &ids{tenant: 5}
-	rejected, err := p.Deliver(context.Background(), []relay.Message{
+	rejected, err := p.Deliver(context.Background(), []outbox.Message{
 		a.message(t, events.ProductCreated{ProductState: product(1, 1, "P", 0, "", 100, "active")}),
 		a.raw("Product", 2, "ProductCreated", 2, `{`),
 	})
@@ -91,12 +91,12 @@ func TestOutOfMemoryIsNoOutage(t *testing.T) {
 		return nil, nil
 	}
 	a := &ids{tenant: 5}
-	var batch []relay.Message
+	var batch []outbox.Message
 	for i := int64(1); i <= 8; i++ {
 		batch = append(batch, a.message(t, events.ProductCreated{ProductState: product(i, 1, "P", 0, "", 100, "active")}))
 	}
 	_, err := p.Deliver(context.Background(), batch)
-	if err == nil || errors.Is(err, relay.ErrSinkUnavailable) || errors.Is(err, relay.ErrSinkBroken) {
+	if err == nil || errors.Is(err, outbox.ErrSinkUnavailable) || errors.Is(err, outbox.ErrSinkBroken) {
 		t.Fatalf("Deliver of a batch Neo4j has no memory for = %v; want a failure of the batch, neither unavailable nor broken", err)
 	}
 	if rejected, err := p.Deliver(context.Background(), batch[:4]); err != nil || len(rejected) > 0 {
@@ -105,7 +105,7 @@ func TestOutOfMemoryIsNoOutage(t *testing.T) {
 	// One event Neo4j has no memory for: Neo4j is short of memory (other
 	// load), not the event at fault; it must not be counted towards the DLQ.
 	p.applyBatch = func(context.Context, []*item, *lookAhead) (map[int64]error, error) { return nil, &tooLarge{oom} }
-	if _, err := p.Deliver(context.Background(), batch[:1]); !errors.Is(err, relay.ErrSinkUnavailable) {
+	if _, err := p.Deliver(context.Background(), batch[:1]); !errors.Is(err, outbox.ErrSinkUnavailable) {
 		t.Fatalf("Deliver of one event Neo4j has no memory for = %v; want Neo4j unavailable (uncounted)", err)
 	}
 }
@@ -169,11 +169,11 @@ func TestBisectionKeepsAggregateOrder(t *testing.T) {
 		}
 		return map[int64]error{}, nil
 	}
-	rejected, err := p.Deliver(context.Background(), []relay.Message{av1, b, av2, c})
+	rejected, err := p.Deliver(context.Background(), []outbox.Message{av1, b, av2, c})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(rejected[av1.ID], ErrRefusedByNeo4j) || !errors.Is(rejected[av2.ID], relay.ErrHeldBack) {
+	if !errors.Is(rejected[av1.ID], ErrRefusedByNeo4j) || !errors.Is(rejected[av2.ID], outbox.ErrHeldBack) {
 		t.Fatalf("A v1 -> %v, A v2 -> %v; want refused and held back", rejected[av1.ID], rejected[av2.ID])
 	}
 	if slices.Contains(applied, av2.ID) || !slices.Contains(applied, b.ID) || !slices.Contains(applied, c.ID) || len(rejected) != 2 {
@@ -186,12 +186,12 @@ func TestBisectionKeepsAggregateOrder(t *testing.T) {
 func TestBisectionInsideAChain(t *testing.T) {
 	p := newTestProjector(t)
 	a := &ids{tenant: 5}
-	var batch []relay.Message
+	var batch []outbox.Message
 	for v := int64(1); v <= 6; v++ {
 		batch = append(batch, a.message(t, events.ProductUpdated{ProductState: product(1, v, fmt.Sprint("A", v), 0, "", 100, "active")}))
 	}
 	other := a.message(t, events.ProductCreated{ProductState: product(2, 1, "B", 0, "", 100, "active")})
-	batch = append(batch[:2], append([]relay.Message{other}, batch[2:]...)...)
+	batch = append(batch[:2], append([]outbox.Message{other}, batch[2:]...)...)
 	refused := batch[4].ID // A v4
 	var applied []int64
 	p.applyBatch = func(_ context.Context, items []*item, _ *lookAhead) (map[int64]error, error) {
@@ -216,7 +216,7 @@ func TestBisectionInsideAChain(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("applied %v, want A v1-v3 and B", applied)
 	}
-	if !errors.Is(rejected[refused], ErrRefusedByNeo4j) || !errors.Is(rejected[batch[5].ID], relay.ErrHeldBack) || !errors.Is(rejected[batch[6].ID], relay.ErrHeldBack) {
+	if !errors.Is(rejected[refused], ErrRefusedByNeo4j) || !errors.Is(rejected[batch[5].ID], outbox.ErrHeldBack) || !errors.Is(rejected[batch[6].ID], outbox.ErrHeldBack) {
 		t.Fatalf("rejected %v: want A v4 refused, v5 and v6 held back", rejected)
 	}
 }
@@ -227,7 +227,7 @@ func TestBisectionInsideAChain(t *testing.T) {
 func TestOutageMidBisection(t *testing.T) {
 	p := newTestProjector(t)
 	a := &ids{tenant: 5}
-	var batch []relay.Message
+	var batch []outbox.Message
 	for i := int64(1); i <= 4; i++ {
 		batch = append(batch, a.message(t, events.ProductCreated{ProductState: product(i, 1, fmt.Sprint("P", i), 0, "", 100, "active")}))
 	}
@@ -258,7 +258,7 @@ func TestOutageMidBisection(t *testing.T) {
 		if isApplied == (rejected[m.ID] != nil) {
 			t.Errorf("outbox id %d: applied %v, rejected %v", m.ID, isApplied, rejected[m.ID])
 		}
-		if !isApplied && !errors.Is(rejected[m.ID], relay.ErrNotApplied) {
+		if !isApplied && !errors.Is(rejected[m.ID], outbox.ErrNotApplied) {
 			t.Errorf("outbox id %d: %v, want ErrNotApplied", m.ID, rejected[m.ID])
 		}
 	}

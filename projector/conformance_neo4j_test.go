@@ -10,8 +10,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"graphsync/events"
-	"graphsync/relay"
-	"graphsync/relay/sinktest"
+	"graphsync/outbox"
+	"graphsync/outbox/sinktest"
 )
 
 // The Sink conformance suite against the projector on real Neo4j. Neo4j
@@ -61,30 +61,30 @@ func newProjectorScope(t *testing.T) sinktest.Scope {
 	return s
 }
 
-func (s *projectorScope) Sink() relay.Sink { return s.sink }
+func (s *projectorScope) Sink() outbox.Sink { return s.sink }
 
 func (s *projectorScope) state(agg int64, seq int) events.ProductState {
 	return product(s.ids.id(agg), int64(seq), "P", 0, "", int64(100+seq), "active")
 }
 
-func (s *projectorScope) Valid(agg int64, seq int) relay.Message {
+func (s *projectorScope) Valid(agg int64, seq int) outbox.Message {
 	if seq == 1 {
 		return s.ids.message(s.t, events.ProductCreated{ProductState: s.state(agg, seq)})
 	}
 	return s.ids.message(s.t, events.ProductUpdated{ProductState: s.state(agg, seq)})
 }
 
-func (s *projectorScope) Undecodable(agg int64, seq int) relay.Message {
+func (s *projectorScope) Undecodable(agg int64, seq int) outbox.Message {
 	return s.ids.raw("Product", s.ids.id(agg), "ProductUpdated", 1, `{"version": `)
 }
 
-func (s *projectorScope) Inadmissible(agg int64, seq int) relay.Message {
+func (s *projectorScope) Inadmissible(agg int64, seq int) outbox.Message {
 	st := s.state(agg, seq)
 	st.Category = &events.CategoryRef{ID: s.foreign, Name: "Not ours"}
 	return s.ids.message(s.t, events.ProductUpdated{ProductState: st})
 }
 
-func (s *projectorScope) Refused(agg int64, seq int) relay.Message {
+func (s *projectorScope) Refused(agg int64, seq int) outbox.Message {
 	m := s.Valid(agg, seq)
 	s.refused[m.ID] = true
 	return m

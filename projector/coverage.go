@@ -8,7 +8,7 @@ import (
 
 	"graphsync/events"
 	"graphsync/graphmodel"
-	"graphsync/relay"
+	"graphsync/outbox"
 )
 
 // checkCoverage translates one sample of every event the catalog knows and
@@ -35,7 +35,7 @@ func checkCoverage(model graphmodel.Model) error {
 		if err != nil {
 			return fmt.Errorf("projector: sample %s: %w", ev.EventType(), err)
 		}
-		m := relay.Message{ID: int64(i + 1), TenantID: 1, AggregateType: ev.AggregateType(), AggregateID: ev.AggregateID(),
+		m := outbox.Message{ID: int64(i + 1), TenantID: 1, AggregateType: ev.AggregateType(), AggregateID: ev.AggregateID(),
 			EventType: ev.EventType(), EventVersion: ev.EventVersion(), Payload: payload}
 		decoded, err := events.Decode(events.Record{AggregateType: m.AggregateType, AggregateID: m.AggregateID,
 			EventType: m.EventType, EventVersion: m.EventVersion, Payload: m.Payload})

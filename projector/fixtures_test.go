@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"graphsync/events"
-	"graphsync/relay"
+	"graphsync/outbox"
 )
 
 // ids hands out a test's business ids and outbox ids. Neo4j is shared by all
@@ -20,7 +20,7 @@ type ids struct {
 func (i *ids) id(n int64) int64 { return i.base + n }
 
 // message wraps ev as the relay would hand it over, with the next outbox id.
-func (i *ids) message(t testing.TB, ev events.Event) relay.Message {
+func (i *ids) message(t testing.TB, ev events.Event) outbox.Message {
 	t.Helper()
 	payload, err := json.Marshal(ev)
 	if err != nil {
@@ -30,9 +30,9 @@ func (i *ids) message(t testing.TB, ev events.Event) relay.Message {
 }
 
 // raw builds a message from stored columns, as a plain-SQL producer writes them.
-func (i *ids) raw(aggregateType string, aggregateID int64, eventType string, eventVersion int16, payload string) relay.Message {
+func (i *ids) raw(aggregateType string, aggregateID int64, eventType string, eventVersion int16, payload string) outbox.Message {
 	i.outboxID++
-	return relay.Message{ID: i.outboxID, TenantID: i.tenant, AggregateType: aggregateType, AggregateID: aggregateID,
+	return outbox.Message{ID: i.outboxID, TenantID: i.tenant, AggregateType: aggregateType, AggregateID: aggregateID,
 		EventType: eventType, EventVersion: eventVersion, Payload: json.RawMessage(payload), OccurredAt: placedAt, Attempts: 1}
 }
 

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"graphsync/events"
-	"graphsync/relay"
+	"graphsync/outbox"
 )
 
 // A batch mixing good events with poison ones: each poison event is rejected
@@ -35,7 +35,7 @@ func TestPoisonEventsAreIsolated(t *testing.T) {
 	wrongType := strings.Replace(mustJSON(t, orderPlaced(i.id(22), i.id(30), line(i.id(1)))), `"total_cents":4997`, `"total_cents":"lots"`, 1)
 	missing := strings.Replace(mustJSON(t, events.ProductUpdated{ProductState: product(i.id(2), 1, "X", 0, "", 1, "active")}), `"sku":"SKU-X",`, ``, 1)
 
-	batch := []relay.Message{
+	batch := []outbox.Message{
 		goodProduct,
 		i.raw("Order", i.id(20), "OrderPlaced", 1, `{"version": 1, "lines": [`),
 		i.raw("Order", i.id(21), "OrderPlaced", 1, negative),
@@ -70,10 +70,10 @@ func TestPoisonEventsAreIsolated(t *testing.T) {
 			t.Errorf("rejected[%d] = %v, want %q", id, err, text)
 		}
 	}
-	if !errors.Is(rejected[ids[7]], ErrCrossTenant) || !errors.Is(rejected[ids[8]], ErrNotProjected) || !errors.Is(rejected[ids[8]], relay.ErrDeferred) ||
-		errors.Is(rejected[ids[7]], relay.ErrDeferred) ||
+	if !errors.Is(rejected[ids[7]], ErrCrossTenant) || !errors.Is(rejected[ids[8]], ErrNotProjected) || !errors.Is(rejected[ids[8]], outbox.ErrDeferred) ||
+		errors.Is(rejected[ids[7]], outbox.ErrDeferred) ||
 		!errors.Is(rejected[ids[2]], ErrInvalidEvent) || !errors.Is(rejected[ids[5]], events.ErrUnknownEvent) ||
-		!errors.Is(rejected[ids[10]], relay.ErrHeldBack) {
+		!errors.Is(rejected[ids[10]], outbox.ErrHeldBack) {
 		t.Errorf("rejections do not match their sentinels: %v", rejected)
 	}
 	expectGraph(t, driver, i.tenant, `
@@ -108,7 +108,7 @@ func TestCrossTenantReferencesAreRefused(t *testing.T) {
 	before := dump(t, driver, a.tenant).String()
 
 	deliverAll(t, p, b.message(t, events.ProductCreated{ProductState: product(b.id(2)+500, 1, "Own", 0, "", 1, "active")}))
-	attempts := []relay.Message{
+	attempts := []outbox.Message{
 		b.message(t, orderPlaced(b.id(21)+500, b.id(31)+500, events.OrderLine{LineNo: 1, ProductID: a.id(1), Quantity: 1})),
 		b.message(t, orderPlaced(b.id(22)+500, a.id(30), events.OrderLine{LineNo: 1, ProductID: b.id(2) + 500, Quantity: 1})),
 		b.message(t, events.ProductCreated{ProductState: product(b.id(3)+500, 1, "Cat thief", a.id(10), "Kitchen", 1, "active")}),
@@ -279,7 +279,7 @@ func unreachableProjector(t *testing.T) *Projector {
 func TestNeo4jUnavailableFailsTheBatch(t *testing.T) {
 	p := unreachableProjector(t)
 	i := &ids{tenant: 5}
-	rejected, err := p.Deliver(context.Background(), []relay.Message{
+	rejected, err := p.Deliver(context.Background(), []outbox.Message{
 		i.message(t, events.ProductCreated{ProductState: product(1, 1, "Mug", 0, "", 1, "active")}),
 		i.raw("Product", 2, "ProductCreated", 2, "{"),
 	})

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"graphsync/events"
-	"graphsync/relay"
+	"graphsync/outbox"
 )
 
 // The owner lookup read ahead, before the batch in flight committed, must
@@ -25,7 +25,7 @@ func TestLookAheadRereadsWhatTheBatchInFlightTouched(t *testing.T) {
 	b := newIDs(t, driver)
 	b.base = a.base + 500 // within a's range, apart from a's ids
 	// One outbox id sequence for both tenants, as in PostgreSQL.
-	messageB := func(ev events.Event) relay.Message {
+	messageB := func(ev events.Event) outbox.Message {
 		b.outboxID = a.outboxID
 		m := b.message(t, ev)
 		a.outboxID = b.outboxID
@@ -40,7 +40,7 @@ func TestLookAheadRereadsWhatTheBatchInFlightTouched(t *testing.T) {
 		a.message(t, events.ProductCreated{ProductState: product(a.id(4), 1, "Moving", a.id(12), "Shelf A", 100, "active")}),
 		messageB(events.ProductCreated{ProductState: product(b.id(5), 1, "Theirs", 0, "", 100, "active")}))
 
-	inFlight := p.Prepare([]relay.Message{
+	inFlight := p.Prepare([]outbox.Message{
 		a.message(t, events.ProductCreated{ProductState: product(a.id(1), 1, "New", a.id(10), "Old shelf", 100, "active")}),
 		a.message(t, events.ProductDeleted{ID: a.id(3), Version: 2}),
 		a.message(t, orderPlaced(a.id(20), a.id(30), line(1, a.id(2)))),
@@ -51,7 +51,7 @@ func TestLookAheadRereadsWhatTheBatchInFlightTouched(t *testing.T) {
 	moved := a.message(t, events.ProductUpdated{ProductState: product(a.id(1), 2, "New", a.id(11), "New shelf", 100, "active")})
 	otherTenant := messageB(orderPlaced(b.id(40), a.id(30), line(1, b.id(5))))
 	movedBack := a.message(t, events.ProductUpdated{ProductState: product(a.id(4), 3, "Moving", a.id(12), "Shelf A", 100, "active")})
-	next := p.Prepare([]relay.Message{newProduct, deletedProduct, otherTenant, moved, movedBack})
+	next := p.Prepare([]outbox.Message{newProduct, deletedProduct, otherTenant, moved, movedBack})
 
 	if err := p.LookAhead(ctx, next, inFlight); err != nil {
 		t.Fatal(err)
@@ -75,13 +75,13 @@ func TestLookAheadRereadsWhatTheBatchInFlightTouched(t *testing.T) {
 	if next.ahead != nil {
 		t.Error("the reading ahead outlived its delivery")
 	}
-	if err := rejected[deletedProduct.ID]; !errors.Is(err, ErrNotProjected) || errors.Is(err, relay.ErrDeferred) {
+	if err := rejected[deletedProduct.ID]; !errors.Is(err, ErrNotProjected) || errors.Is(err, outbox.ErrDeferred) {
 		t.Errorf("order naming the product the batch in flight deleted: %v, want ErrNotProjected, not deferred", err)
 	}
 	if err := rejected[otherTenant.ID]; !errors.Is(err, ErrCrossTenant) {
 		t.Errorf("other tenant's order naming the customer the batch in flight created: %v, want ErrCrossTenant", err)
 	}
-	for _, m := range []relay.Message{newProduct, moved, movedBack} {
+	for _, m := range []outbox.Message{newProduct, moved, movedBack} {
 		if err := rejected[m.ID]; err != nil {
 			t.Errorf("outbox id %d: rejected with %v", m.ID, err)
 		}

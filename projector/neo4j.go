@@ -11,7 +11,7 @@ import (
 
 	"graphsync/cypher"
 	"graphsync/graphmodel"
-	"graphsync/relay"
+	"graphsync/outbox"
 )
 
 // This file is the only one that talks to Neo4j.
@@ -65,7 +65,7 @@ const (
 )
 
 // classify sorts a failed write transaction into the failure policy's
-// classes (see relay.Sink). Codes not listed are suspect: split down, they
+// classes (see outbox.Sink). Codes not listed are suspect: split down, they
 // end up counted against a single event rather than stall the relay or
 // dead-letter a stream.
 func classify(err error) failureClass {
@@ -114,9 +114,9 @@ func classify(err error) failureClass {
 func sinkError(class failureClass, err error) error {
 	switch class {
 	case classUnavailable:
-		return fmt.Errorf("%w: %w", relay.ErrSinkUnavailable, err)
+		return fmt.Errorf("%w: %w", outbox.ErrSinkUnavailable, err)
 	case classBroken:
-		return fmt.Errorf("%w: %w", relay.ErrSinkBroken, err)
+		return fmt.Errorf("%w: %w", outbox.ErrSinkBroken, err)
 	}
 	return err
 }

@@ -14,8 +14,8 @@ import (
 
 	"graphsync/events"
 	"graphsync/graphmodel"
-	"graphsync/internal/teststack"
-	"graphsync/relay"
+	"graphsync/internal/stacktest"
+	"graphsync/outbox"
 )
 
 var (
@@ -26,7 +26,7 @@ var (
 // liveProjector returns a projector on the shared Neo4j, with the schema in place.
 func liveProjector(t testing.TB) (*Projector, neo4j.DriverWithContext) {
 	t.Helper()
-	driver := teststack.Neo4j(t)
+	driver := stacktest.Neo4j(t)
 	schemaOnce.Do(func() { schemaErr = EnsureSchema(context.Background(), driver) })
 	if schemaErr != nil {
 		t.Fatalf("EnsureSchema: %v", schemaErr)
@@ -45,11 +45,11 @@ func liveProjector(t testing.TB) (*Projector, neo4j.DriverWithContext) {
 func newIDs(t testing.TB, driver neo4j.DriverWithContext) *ids {
 	t.Helper()
 	i := &ids{tenant: 1<<50 + rand.Int64N(1<<40), base: 1<<52 + rand.Int64N(1<<40)*1000, outboxID: rand.Int64N(1 << 40)}
-	t.Cleanup(func() { teststack.CleanGraph(t, driver, i.tenant) })
+	t.Cleanup(func() { stacktest.CleanGraph(t, driver, i.tenant) })
 	return i
 }
 
-func deliver(t testing.TB, p *Projector, batch ...relay.Message) map[int64]error {
+func deliver(t testing.TB, p *Projector, batch ...outbox.Message) map[int64]error {
 	t.Helper()
 	rejected, err := p.Deliver(context.Background(), batch)
 	if err != nil {
@@ -58,7 +58,7 @@ func deliver(t testing.TB, p *Projector, batch ...relay.Message) map[int64]error
 	return rejected
 }
 
-func deliverAll(t testing.TB, p *Projector, batch ...relay.Message) {
+func deliverAll(t testing.TB, p *Projector, batch ...outbox.Message) {
 	t.Helper()
 	if rejected := deliver(t, p, batch...); len(rejected) > 0 {
 		t.Fatalf("Deliver rejected events: %v", rejected)
@@ -97,7 +97,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 func TestEveryEventTypeApplied(t *testing.T) {
 	p, driver := liveProjector(t)
 	i := newIDs(t, driver)
-	var batch []relay.Message
+	var batch []outbox.Message
 	for _, ev := range everyEvent(i.id(1), i.id(20), i.id(30), i.id(10)) {
 		batch = append(batch, i.message(t, ev))
 	}
@@ -137,7 +137,7 @@ func TestEveryEventTypeApplied(t *testing.T) {
 func TestReplayChangesNothing(t *testing.T) {
 	p, driver := liveProjector(t)
 	i := newIDs(t, driver)
-	var batch []relay.Message
+	var batch []outbox.Message
 	batch = append(batch,
 		i.message(t, events.ProductCreated{ProductState: product(i.id(2), 1, "Cup", 0, "", 500, "active")}),
 		i.message(t, events.ProductCreated{ProductState: product(i.id(3), 1, "Gone", 0, "", 100, "active")}),
@@ -152,12 +152,12 @@ func TestReplayChangesNothing(t *testing.T) {
 	for _, m := range batch {
 		deliverAll(t, p, m)
 	}
-	deliverAll(t, p, append(append([]relay.Message(nil), batch...), batch...)...)
+	deliverAll(t, p, append(append([]outbox.Message(nil), batch...), batch...)...)
 	// One prepared batch delivered twice, as the rebuild retries a chunk:
 	// the same outcome both times.
 	// A malformed event among them is rejected both times, alone.
 	bad := i.raw("Product", i.id(99), "ProductUpdated", 1, `{"id": `)
-	prepared := p.Prepare(append(append([]relay.Message(nil), batch...), bad))
+	prepared := p.Prepare(append(append([]outbox.Message(nil), batch...), bad))
 	for range 2 {
 		rejected, err := p.DeliverPrepared(context.Background(), prepared)
 		if err != nil || len(rejected) != 1 || !errors.Is(rejected[bad.ID], ErrInvalidEvent) {
@@ -186,10 +186,10 @@ func guards(d Dump) string {
 func TestShuffledOrderEndsInSameGraph(t *testing.T) {
 	p, driver := liveProjector(t)
 	i := newIDs(t, driver)
-	prep := []relay.Message{
+	prep := []outbox.Message{
 		i.message(t, events.ProductCreated{ProductState: product(i.id(2), 1, "Cup", 0, "", 500, "active")}),
 	}
-	aggregates := [][]relay.Message{
+	aggregates := [][]outbox.Message{
 		{ // a product whose category changes, then loses it
 			i.message(t, events.ProductCreated{ProductState: product(i.id(1), 1, "Mug", i.id(10), "Kitchen", 1999, "active")}),
 			i.message(t, events.ProductPriceChanged{ProductState: product(i.id(1), 2, "Mug", i.id(10), "Kitchen", 2499, "active")}),
@@ -210,7 +210,7 @@ func TestShuffledOrderEndsInSameGraph(t *testing.T) {
 		},
 	}
 	reset := func() {
-		teststack.CleanGraph(t, driver, i.tenant)
+		stacktest.CleanGraph(t, driver, i.tenant)
 		deliverAll(t, p, prep...)
 	}
 	reset()
@@ -225,7 +225,7 @@ func TestShuffledOrderEndsInSameGraph(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := 0; round < 6; round++ {
 		reset()
-		var shuffled []relay.Message
+		var shuffled []outbox.Message
 		for _, events := range aggregates {
 			shuffled = append(shuffled, events...)
 		}
@@ -243,7 +243,7 @@ func TestShuffledOrderEndsInSameGraph(t *testing.T) {
 	}
 }
 
-func outboxIDs(batch []relay.Message) []int64 {
+func outboxIDs(batch []outbox.Message) []int64 {
 	ids := make([]int64, len(batch))
 	for k, m := range batch {
 		ids[k] = m.ID

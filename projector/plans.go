@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"graphsync/cypher"
-	"graphsync/relay"
+	"graphsync/redact"
 )
 
 // Neo4j plans a query again when it finds the statistics its cached plan was
@@ -98,7 +98,7 @@ func (p *Projector) checkPlansWhenDue() {
 		}
 		if c.failures++; c.failures == planCheckWarnAfter {
 			p.log.Warn("Neo4j's plans could not be checked for staleness, several times in a row; batches keep the plans they have until a check succeeds",
-				zap.String("error", relay.RedactText(err.Error())))
+				zap.String("error", redact.ErrorText(err.Error())))
 		}
 	}()
 }

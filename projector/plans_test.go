@@ -15,7 +15,7 @@ import (
 
 	"graphsync/cypher"
 	"graphsync/events"
-	"graphsync/relay"
+	"graphsync/outbox"
 )
 
 // A batch sends the owner lookup and the batch query with replan=skip, and
@@ -195,7 +195,7 @@ func TestThePlanCheckSendsWhatBatchesSend(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := &ids{tenant: 5}
-	prep := p.Prepare([]relay.Message{
+	prep := p.Prepare([]outbox.Message{
 		a.message(t, events.ProductCreated{ProductState: product(1, 1, "Mug", 0, "", 100, "active")}),
 		a.message(t, orderPlaced(2, 3, events.OrderLine{LineNo: 1, ProductID: 1, Quantity: 2, UnitPriceCents: 100})),
 	})

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap/zaptest"
 
-	"graphsync/internal/teststack"
-	"graphsync/relay"
+	"graphsync/internal/stacktest"
+	"graphsync/outbox"
 	"graphsync/workload"
 )
 
@@ -18,14 +18,14 @@ import (
 // replay changes nothing.
 func TestWorkloadGraphEqualsPostgres(t *testing.T) {
 	p, driver := liveProjector(t)
-	_, pool := teststack.FreshDatabase(t)
+	_, pool := stacktest.FreshDatabase(t)
 	ctx := context.Background()
 	report, err := workload.Run(ctx, pool, workload.Config{Seed: 7, Tenants: 2, CategoriesPerTenant: 3, ProductsPerTenant: 8,
 		CustomersPerTenant: 4, Orders: 30, Writers: 2, PriceChangeEvery: 3, UpdateEvery: 4, DiscontinueEvery: 7, DeleteEvery: 5}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { teststack.CleanGraph(t, driver, report.TenantIDs...) })
+	t.Cleanup(func() { stacktest.CleanGraph(t, driver, report.TenantIDs...) })
 
 	batch := outboxMessages(t, pool)
 	if int64(len(batch)) != report.Events {
@@ -49,7 +49,7 @@ func TestWorkloadGraphEqualsPostgres(t *testing.T) {
 	}
 }
 
-func outboxMessages(t testing.TB, pool *pgxpool.Pool) []relay.Message {
+func outboxMessages(t testing.TB, pool *pgxpool.Pool) []outbox.Message {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), `SELECT id, tenant_id, aggregate_type, aggregate_id, event_type, event_version,
 		payload, occurred_at, coalesce(trace_id, '') FROM outbox_messages ORDER BY id`)
@@ -57,9 +57,9 @@ func outboxMessages(t testing.TB, pool *pgxpool.Pool) []relay.Message {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	var batch []relay.Message
+	var batch []outbox.Message
 	for rows.Next() {
-		var m relay.Message
+		var m outbox.Message
 		if err := rows.Scan(&m.ID, &m.TenantID, &m.AggregateType, &m.AggregateID, &m.EventType, &m.EventVersion,
 			&m.Payload, &m.OccurredAt, &m.TraceID); err != nil {
 			t.Fatal(err)

@@ -13,10 +13,10 @@ import (
 
 	"graphsync/cypher"
 	"graphsync/events"
-	"graphsync/relay"
+	"graphsync/outbox"
 )
 
-// Projector applies outbox batches to Neo4j. It implements relay.Sink and is
+// Projector applies outbox batches to Neo4j. It implements outbox.Sink and is
 // safe for concurrent use (the relay never hands one aggregate to two
 // concurrent Deliver calls).
 type Projector struct {
@@ -32,7 +32,7 @@ type Projector struct {
 	plans planChecks
 }
 
-var _ relay.Sink = (*Projector)(nil)
+var _ outbox.Sink = (*Projector)(nil)
 
 // New returns a Projector writing through driver. Its metrics are not
 // registered: register Collectors() where the process keeps its registry.
@@ -62,21 +62,21 @@ func New(driver neo4j.DriverWithContext, cfg Config, logger *zap.Logger) (*Proje
 // batch size, events by outcome and Neo4j errors.
 func (p *Projector) Collectors() []prometheus.Collector { return p.metrics.collectors() }
 
-// Deliver implements relay.Sink. Events that do not decode, fail validation
+// Deliver implements outbox.Sink. Events that do not decode, fail validation
 // or name another tenant's ids are rejected, each with an error naming the
 // event and the problem; an event that needs a node another aggregate's
-// events have not put in the graph yet is deferred (relay.ErrDeferred). The
+// events have not put in the graph yet is deferred (outbox.ErrDeferred). The
 // rest of the batch is applied in one write transaction (ExecuteWrite, which
 // retries transient errors). When Neo4j refuses the batch because of some
 // event's data, the batch is bisected between aggregates' chains, never
 // inside one: the event Neo4j refuses is rejected and the rest of its chain
 // held back. Deliver returns only after what it reports applied committed.
 //
-// err is set only when nothing was applied; it wraps relay.ErrSinkUnavailable
-// or relay.ErrSinkBroken, or is a suspect failure (see relay.Sink). When a
+// err is set only when nothing was applied; it wraps outbox.ErrSinkUnavailable
+// or outbox.ErrSinkBroken, or is a suspect failure (see outbox.Sink). When a
 // part of the batch committed before Neo4j became unavailable, the rest is
-// rejected with relay.ErrNotApplied instead.
-func (p *Projector) Deliver(ctx context.Context, batch []relay.Message) (map[int64]error, error) {
+// rejected with outbox.ErrNotApplied instead.
+func (p *Projector) Deliver(ctx context.Context, batch []outbox.Message) (map[int64]error, error) {
 	return p.DeliverPrepared(ctx, p.Prepare(batch))
 }
 
@@ -86,7 +86,7 @@ func (p *Projector) Deliver(ctx context.Context, batch []relay.Message) (map[int
 // changes nothing of it but drop LookAhead's reading, which serves one
 // delivery, so a failed delivery can be retried with it (and looks up again).
 type Prepared struct {
-	batch []relay.Message
+	batch []outbox.Message
 	items []*item
 	// rejected holds the events that failed before Neo4j, and the later
 	// events of their aggregates.
@@ -97,7 +97,7 @@ type Prepared struct {
 
 // Prepare does the part of Deliver that needs no Neo4j: bounds, decoding,
 // upcasting, validation, translation and statement rows of each event.
-func (p *Projector) Prepare(batch []relay.Message) *Prepared {
+func (p *Projector) Prepare(batch []outbox.Message) *Prepared {
 	prep := &Prepared{batch: batch, items: make([]*item, 0, len(batch)), rejected: map[int64]error{}}
 	failing := failedAggregates{}
 	for _, m := range batch {
@@ -142,7 +142,7 @@ func (p *Projector) DeliverPrepared(ctx context.Context, prep *Prepared) (map[in
 			if len(run.applied) == 0 {
 				return nil, sinkError(class, fmt.Errorf("apply %d events to neo4j: %w", len(items), err))
 			}
-			notApplied := fmt.Errorf("%w: %w", relay.ErrNotApplied, sinkError(class, err))
+			notApplied := fmt.Errorf("%w: %w", outbox.ErrNotApplied, sinkError(class, err))
 			for _, it := range items {
 				if !run.applied[it.msg.ID] && rejected[it.msg.ID] == nil {
 					rejected[it.msg.ID] = notApplied
@@ -154,11 +154,11 @@ func (p *Projector) DeliverPrepared(ctx context.Context, prep *Prepared) (map[in
 	for _, m := range batch {
 		outcome := "applied"
 		switch err := rejected[m.ID]; {
-		case errors.Is(err, relay.ErrHeldBack):
+		case errors.Is(err, outbox.ErrHeldBack):
 			outcome = "held_back"
-		case errors.Is(err, relay.ErrDeferred):
+		case errors.Is(err, outbox.ErrDeferred):
 			outcome = "deferred"
-		case errors.Is(err, relay.ErrNotApplied):
+		case errors.Is(err, outbox.ErrNotApplied):
 			outcome = "not_applied"
 		case err != nil:
 			outcome = "rejected"
@@ -175,7 +175,7 @@ type aggregateKey struct {
 	aggregateID   int64
 }
 
-func aggregateOf(m relay.Message) aggregateKey {
+func aggregateOf(m outbox.Message) aggregateKey {
 	return aggregateKey{m.TenantID, m.AggregateType, m.AggregateID}
 }
 
@@ -185,14 +185,14 @@ func aggregateOf(m relay.Message) aggregateKey {
 type failedAggregates map[aggregateKey]bool
 
 // fail records m's failure in rejected and marks its aggregate.
-func (f failedAggregates) fail(m relay.Message, rejected map[int64]error, err error) {
+func (f failedAggregates) fail(m outbox.Message, rejected map[int64]error, err error) {
 	rejected[m.ID] = err
 	f[aggregateOf(m)] = true
 }
 
 // holdsBack reports whether m's aggregate failed earlier in the batch, and
 // then records m as held back.
-func (f failedAggregates) holdsBack(m relay.Message, rejected map[int64]error) bool {
+func (f failedAggregates) holdsBack(m outbox.Message, rejected map[int64]error) bool {
 	if !f[aggregateOf(m)] {
 		return false
 	}
@@ -203,14 +203,14 @@ func (f failedAggregates) holdsBack(m relay.Message, rejected map[int64]error) b
 // heldBack is the outcome of an event not applied because an earlier event
 // of its aggregate in the batch failed: applying it would put the
 // aggregate's later state in the graph ahead of the missing one.
-func heldBack(m relay.Message) error {
-	return fmt.Errorf("%s: %w", eventName(m), relay.ErrHeldBack)
+func heldBack(m outbox.Message) error {
+	return fmt.Errorf("%s: %w", eventName(m), outbox.ErrHeldBack)
 }
 
 // prepare checks the bounds, decodes, upcasts, validates and translates one
 // message, and makes its statement rows (which checks them against the
 // graph model).
-func (p *Projector) prepare(m relay.Message) (*item, error) {
+func (p *Projector) prepare(m outbox.Message) (*item, error) {
 	if m.TenantID <= 0 {
 		return nil, &rejection{kind: ErrInvalidEvent, msg: fmt.Sprintf("%s: tenant_id must be > 0, got %d", eventName(m), m.TenantID)}
 	}

@@ -7,7 +7,7 @@ import (
 
 	"graphsync/events"
 	"graphsync/graphmodel"
-	"graphsync/relay"
+	"graphsync/outbox"
 )
 
 // The row projection: the graph state the business tables imply, through
@@ -69,7 +69,7 @@ func ProjectOrderRow(tenantID int64, r OrderRow) (graphmodel.Mutations, error) {
 	// the lines); the status only decides which event a producer writes.
 	placed := events.OrderPlaced{OrderState: s, Customer: events.CustomerRef{ID: r.CustomerID, Segment: r.CustomerSegment,
 		CountryCode: r.CustomerCountry}, Lines: r.Lines}
-	it, err := translate(relay.Message{TenantID: tenantID, AggregateType: events.AggregateOrder, AggregateID: r.ID,
+	it, err := translate(outbox.Message{TenantID: tenantID, AggregateType: events.AggregateOrder, AggregateID: r.ID,
 		EventType: events.TypeOrderPlaced, EventVersion: 1}, placed)
 	if err != nil {
 		return graphmodel.Mutations{}, err
@@ -84,7 +84,7 @@ func ProjectOrderRow(tenantID int64, r OrderRow) (graphmodel.Mutations, error) {
 // applied: sync may run with larger ones than the defaults (--max-payload-
 // bytes, --max-order-lines), and an event it rejects for its size goes to
 // the DLQ and stops being pending.
-func NodesWritten(m relay.Message) ([]graphmodel.NodeUpsert, error) {
+func NodesWritten(m outbox.Message) ([]graphmodel.NodeUpsert, error) {
 	ev, err := events.DecodeWithin(events.Record{OutboxID: m.ID, AggregateType: m.AggregateType, AggregateID: m.AggregateID,
 		EventType: m.EventType, EventVersion: m.EventVersion, Payload: m.Payload},
 		events.Limits{MaxPayloadBytes: math.MaxInt, MaxOrderLines: math.MaxInt})
@@ -112,7 +112,7 @@ func ProjectCustomerRow(tenantID, id int64, segment, countryCode string) graphmo
 }
 
 func projectRow(tenantID int64, ev events.Event) (graphmodel.Mutations, error) {
-	it, err := translate(relay.Message{TenantID: tenantID, AggregateType: ev.AggregateType(), AggregateID: ev.AggregateID(),
+	it, err := translate(outbox.Message{TenantID: tenantID, AggregateType: ev.AggregateType(), AggregateID: ev.AggregateID(),
 		EventType: ev.EventType(), EventVersion: ev.EventVersion()}, ev)
 	if err != nil {
 		return graphmodel.Mutations{}, fmt.Errorf("project %s row %d: %w", ev.AggregateType(), ev.AggregateID(), err)

@@ -11,7 +11,7 @@ import (
 	"graphsync/cypher"
 	"graphsync/events"
 	"graphsync/graphmodel"
-	"graphsync/relay"
+	"graphsync/outbox"
 )
 
 // A product's category edge follows the newest event also when another
@@ -73,7 +73,7 @@ func TestSingleRelationshipFollowsAWriteCommittedDuringTheBatch(t *testing.T) {
 	newest := i.message(t, events.ProductUpdated{ProductState: product(productID, 6, "kettle", cat3, "Three", 100, "active")})
 	done := make(chan error, 1)
 	go func() {
-		rejected, err := p.Deliver(ctx, []relay.Message{newest})
+		rejected, err := p.Deliver(ctx, []outbox.Message{newest})
 		if err == nil && len(rejected) > 0 {
 			err = fmt.Errorf("rejected: %v", rejected)
 		}

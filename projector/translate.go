@@ -7,12 +7,12 @@ import (
 	"graphsync/cypher"
 	"graphsync/events"
 	"graphsync/graphmodel"
-	"graphsync/relay"
+	"graphsync/outbox"
 )
 
 // item is one decoded event on its way into the graph.
 type item struct {
-	msg  relay.Message
+	msg  outbox.Message
 	name string // "OrderPlaced v1 (outbox id 42)", for errors
 	mut  graphmodel.Mutations
 	// rows are mut as statement rows, made before the write transaction.
@@ -41,7 +41,7 @@ type nodeID struct {
 	id       int64
 }
 
-func eventName(m relay.Message) string {
+func eventName(m outbox.Message) string {
 	return fmt.Sprintf("%s v%d (outbox id %d)", m.EventType, m.EventVersion, m.ID)
 }
 
@@ -50,7 +50,7 @@ func eventName(m relay.Message) string {
 // fields become properties, here spelled out per event type, and e-mail
 // addresses and phone numbers in free text are masked
 // (graphmodel.Model.WithoutPersonalData).
-func translate(m relay.Message, ev events.Event) (*item, error) {
+func translate(m outbox.Message, ev events.Event) (*item, error) {
 	it := &item{msg: m, name: eventName(m)}
 	tenantID := m.TenantID
 	it.mut.Nodes = append(it.mut.Nodes, graphmodel.NodeUpsert{Label: graphmodel.LabelTenant, TenantID: tenantID, ID: tenantID})

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"graphsync/events"
-	"graphsync/relay"
+	"graphsync/outbox"
 )
 
 // WarmUp runs every statement on rows of tenant -1 and rolls back: two
@@ -71,7 +71,7 @@ func TestWarmUpWithoutNeo4j(t *testing.T) {
 	p := unreachableProjector(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := p.WarmUp(ctx); !errors.Is(err, relay.ErrSinkUnavailable) {
-		t.Fatalf("WarmUp = %v, want an error wrapping relay.ErrSinkUnavailable", err)
+	if err := p.WarmUp(ctx); !errors.Is(err, outbox.ErrSinkUnavailable) {
+		t.Fatalf("WarmUp = %v, want an error wrapping outbox.ErrSinkUnavailable", err)
 	}
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 	"go.uber.org/zap"
 
-	"graphsync/internal/benchdata"
-	"graphsync/internal/teststack"
+	"graphsync/internal/benchdatatest"
+	"graphsync/internal/stacktest"
 	"graphsync/projector"
 )
 
@@ -38,9 +38,9 @@ var benchSizes = flag.String("rebuild-nodes", "100000,1000000", "BenchmarkRebuil
 //
 // Run it with `make bench-rebuild`.
 func BenchmarkRebuild(b *testing.B) {
-	binary := benchdata.Binary(b)
+	binary := benchdatatest.Binary(b)
 	var rss []string
-	for _, size := range benchdata.Sizes(b, "rebuild-nodes", *benchSizes) {
+	for _, size := range benchdatatest.Sizes(b, "rebuild-nodes", *benchSizes) {
 		b.Run(fmt.Sprintf("nodes=%d", size), func(b *testing.B) {
 			rss = append(rss, benchRebuildSize(b, binary, size))
 		})
@@ -50,21 +50,21 @@ func BenchmarkRebuild(b *testing.B) {
 
 func benchRebuildSize(b *testing.B, binary string, size int) string {
 	ctx := context.Background()
-	pgURL, pool := teststack.FreshDatabase(b)
-	driver := teststack.Neo4j(b)
+	pgURL, pool := stacktest.FreshDatabase(b)
+	driver := stacktest.Neo4j(b)
 	if err := projector.EnsureSchema(ctx, driver); err != nil {
 		b.Fatal(err)
 	}
-	pageCache, err := benchdata.PageCache(ctx, driver)
+	pageCache, err := benchdatatest.PageCache(ctx, driver)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Logf("%d nodes: Neo4j page cache %s", size, pageCache)
-	shape := benchdata.NewShape(size)
+	shape := benchdatatest.NewShape(size)
 	tenants := shape.TenantIDs()
 	b.Cleanup(func() { wipe(b, driver, tenants) })
 	start := time.Now()
-	if err := benchdata.Fill(ctx, pool, shape, benchdata.Options{Events: true}); err != nil {
+	if err := benchdatatest.Fill(ctx, pool, shape, benchdatatest.Options{Events: true}); err != nil {
 		b.Fatal(err)
 	}
 	b.Logf("%d nodes: tables and outbox filled in %s", size, time.Since(start).Round(time.Second))
@@ -143,8 +143,8 @@ func benchRebuildSize(b *testing.B, binary string, size int) string {
 	wipe(b, driver, tenants)
 	cmd := exec.Command(binary, "rebuild", "--source", "snapshot", "--chunk-size", fmt.Sprint(DefaultChunkSize), "--recheck-after", "1ms",
 		"--log-level", "error", "--progress", "log")
-	cmd.Env = append(os.Environ(), "GRAPHSYNC_PG_URL="+pgURL, "GRAPHSYNC_NEO4J_URI="+teststack.Neo4jURI(b))
-	peak, out, err := benchdata.PeakRSS(cmd)
+	cmd.Env = append(os.Environ(), "GRAPHSYNC_PG_URL="+pgURL, "GRAPHSYNC_NEO4J_URI="+stacktest.Neo4jURI(b))
+	peak, out, err := benchdatatest.PeakRSS(cmd)
 	if err != nil {
 		b.Fatalf("graphsync rebuild: %v\n%s", err, out)
 	}
@@ -152,9 +152,9 @@ func benchRebuildSize(b *testing.B, binary string, size int) string {
 	return fmt.Sprintf("%d nodes %.1f MiB", size, peak)
 }
 
-// writeCeiling writes the graph benchdata.Fill implies with the plainest
+// writeCeiling writes the graph benchdatatest.Fill implies with the plainest
 // statements: UNWIND ... MERGE ... SET n += props, chunk rows a transaction.
-func writeCeiling(b *testing.B, driver neo4j.DriverWithContext, s benchdata.Shape, chunk int) {
+func writeCeiling(b *testing.B, driver neo4j.DriverWithContext, s benchdatatest.Shape, chunk int) {
 	ctx := context.Background()
 	write := func(text string, rows []map[string]any) {
 		for len(rows) > 0 {
@@ -213,7 +213,7 @@ func writeCeiling(b *testing.B, driver neo4j.DriverWithContext, s benchdata.Shap
 
 // wipe deletes the benchmark's tenants from the graph.
 func wipe(b *testing.B, driver neo4j.DriverWithContext, tenants []int64) {
-	if err := benchdata.Wipe(context.Background(), driver, tenants); err != nil {
+	if err := benchdatatest.Wipe(context.Background(), driver, tenants); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"graphsync/graphmodel"
-	"graphsync/relay"
+	"graphsync/outbox"
 )
 
 // Source is where the base state comes from.
@@ -60,7 +60,7 @@ type Config struct {
 	// reads and writes. Default: DefaultChunkSize.
 	ChunkSize int
 	// Sink applies replayed events: the projector sync uses. Required.
-	Sink relay.Sink
+	Sink outbox.Sink
 	// RecheckAfter is the drift check's wait before its second look.
 	// Default: 2s; drift.NoRecheckWait looks again at once.
 	RecheckAfter time.Duration

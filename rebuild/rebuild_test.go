@@ -17,21 +17,24 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"graphsync/events"
-	"graphsync/internal/synctest"
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
+	"graphsync/outbox"
+	"graphsync/pipelinetest"
 	"graphsync/projector"
 	"graphsync/relay"
 	gsql "graphsync/sql"
 	"graphsync/workload"
 )
 
-func stack(t *testing.T) (*pgxpool.Pool, neo4j.DriverWithContext) { return synctest.Stack(t) }
+func stack(t *testing.T) (*pgxpool.Pool, neo4j.DriverWithContext) { return pipelinetest.Stack(t) }
 
 func startSync(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, id string) {
-	synctest.StartSync(t, pool, driver, id)
+	pipelinetest.StartSync(t, pool, driver, id)
 }
 
-func waitCaughtUp(t *testing.T, pool *pgxpool.Pool) { synctest.WaitCaughtUp(t, pool, 90*time.Second) }
+func waitCaughtUp(t *testing.T, pool *pgxpool.Pool) {
+	pipelinetest.WaitCaughtUp(t, pool, 90*time.Second)
+}
 
 func writeWorkload(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, cfg workload.Config) []int64 {
 	t.Helper()
@@ -39,7 +42,7 @@ func writeWorkload(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithCont
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { teststack.CleanGraph(t, driver, report.TenantIDs...) })
+	t.Cleanup(func() { stacktest.CleanGraph(t, driver, report.TenantIDs...) })
 	return report.TenantIDs
 }
 
@@ -190,7 +193,7 @@ func TestRebuildEqualsTheSyncedGraph(t *testing.T) {
 	processed := count(t, pool, `SELECT count(*) FROM outbox_messages WHERE processed_at IS NOT NULL`)
 
 	// Neo4j lost the tenant: replay brings it back (auto: history complete).
-	teststack.CleanGraph(t, driver, target)
+	stacktest.CleanGraph(t, driver, target)
 	res := rebuildScope(t, pool, driver, Config{TenantID: target})
 	if res.Source != SourceReplay || res.NotApplied != 0 {
 		t.Errorf("auto chose %s (%s), %d events not applied (%s); want replay, all applied", res.Source, res.Why, res.NotApplied, res.FirstRejection)
@@ -201,7 +204,7 @@ func TestRebuildEqualsTheSyncedGraph(t *testing.T) {
 	}
 
 	// The same from the rows.
-	teststack.CleanGraph(t, driver, target)
+	stacktest.CleanGraph(t, driver, target)
 	res = rebuildScope(t, pool, driver, Config{TenantID: target, Source: SourceSnapshot})
 	requireNoDrift(t, res, "snapshot into an empty graph")
 	if got := dump(t, driver, target); withoutTombstones(got) != withoutTombstones(synced) {
@@ -273,10 +276,10 @@ func TestRebuildUnderLiveLoadConverges(t *testing.T) {
 	pool, driver := stack(t)
 	startSync(t, pool, driver, "sync-a")
 	startSync(t, pool, driver, "sync-b")
-	tenants, done := synctest.StartWorkload(t, pool, workload.Config{Seed: 5, Tenants: 2, Orders: 8000, Writers: 3})
-	t.Cleanup(func() { teststack.CleanGraph(t, driver, tenants...) })
+	tenants, done := pipelinetest.StartWorkload(t, pool, workload.Config{Seed: 5, Tenants: 2, Orders: 8000, Writers: 3})
+	t.Cleanup(func() { stacktest.CleanGraph(t, driver, tenants...) })
 	// Wipe one tenant while it is written: the snapshot brings it back.
-	teststack.CleanGraph(t, driver, tenants[0])
+	stacktest.CleanGraph(t, driver, tenants[0])
 	// Both rebuilds start at once, one per tenant and source, so that both
 	// run while the workload is written (one after the other, the second
 	// could start after the workload ended).
@@ -341,7 +344,7 @@ func TestAutoTakesASnapshotWhenRetentionDroppedHistory(t *testing.T) {
 	if n := count(t, pool, `SELECT coalesce(sum(rows_dropped), 0)::bigint FROM outbox_history_gaps WHERE tenant_id = $1`, tenants[0]); n == 0 {
 		t.Fatal("retention dropped the tenant's history but outbox_history_gaps does not say so")
 	}
-	teststack.CleanGraph(t, driver, tenants[0])
+	stacktest.CleanGraph(t, driver, tenants[0])
 	res := rebuildScope(t, pool, driver, Config{TenantID: tenants[0]})
 	if res.Source != SourceSnapshot || !strings.Contains(res.Why, "incomplete") {
 		t.Errorf("auto chose %s (%s); want snapshot, saying the history is incomplete", res.Source, res.Why)
@@ -370,7 +373,7 @@ func TestOverlappingRebuildsAreRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, scope := range held.tries {
-			b, err := New(pool, driver, Config{TenantID: scope, Sink: relay.SinkFunc(nil)}, zaptest.NewLogger(t))
+			b, err := New(pool, driver, Config{TenantID: scope, Sink: outbox.SinkFunc(nil)}, zaptest.NewLogger(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -471,7 +474,7 @@ func readGraphProduct(t *testing.T, driver neo4j.DriverWithContext, tenant, prod
 // checkNoDrift runs the boundary review of one tenant, without repair.
 func checkNoDrift(t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, tenant int64, what string) {
 	t.Helper()
-	b, err := New(pool, driver, Config{TenantID: tenant, Sink: relay.SinkFunc(nil), RecheckAfter: 200 * time.Millisecond}, zaptest.NewLogger(t))
+	b, err := New(pool, driver, Config{TenantID: tenant, Sink: outbox.SinkFunc(nil), RecheckAfter: 200 * time.Millisecond}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -539,7 +542,7 @@ func TestTransactionHeldAcrossTheSnapshotStart(t *testing.T) {
 	// Not applied twice in effect: the graph is what applying every event
 	// once gives (a replay into an emptied graph), versions included.
 	after := dump(t, driver, tenant)
-	teststack.CleanGraph(t, driver, tenant)
+	stacktest.CleanGraph(t, driver, tenant)
 	res := rebuildScope(t, pool, driver, Config{TenantID: tenant, Source: SourceReplay})
 	requireNoDrift(t, res, "replay")
 	if replayed := dump(t, driver, tenant); withoutTombstones(replayed) != withoutTombstones(after) {
@@ -583,7 +586,7 @@ func TestReplayWaitsForATransactionOpenAtItsStart(t *testing.T) {
 		}
 		<-time.After(20 * time.Millisecond)
 	}
-	teststack.CleanGraph(t, driver, tenant) // Neo4j lost the tenant's graph
+	stacktest.CleanGraph(t, driver, tenant) // Neo4j lost the tenant's graph
 
 	done := runScopeBeside(t, pool, driver, Config{TenantID: tenant, Source: SourceReplay, ChunkSize: 50})
 	awaitTransactionsWait(t, pool, done, "the transaction open at its start")
@@ -618,7 +621,7 @@ func TestRebuildIntoAnEmptyGraphThenSync(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		counting := relay.SinkFunc(func(ctx context.Context, batch []relay.Message) (map[int64]error, error) {
+		counting := outbox.SinkFunc(func(ctx context.Context, batch []outbox.Message) (map[int64]error, error) {
 			rejected, err := sink.Deliver(ctx, batch)
 			if err == nil {
 				mu.Lock()
@@ -661,7 +664,7 @@ func TestRebuildIntoAnEmptyGraphThenSync(t *testing.T) {
 	synced := dump(t, driver, tenant)
 
 	// Neo4j lost the tenant's graph.
-	teststack.CleanGraph(t, driver, tenant)
+	stacktest.CleanGraph(t, driver, tenant)
 	if d := dump(t, driver, tenant); len(d.Nodes) != 0 {
 		t.Fatalf("the graph still holds %d nodes of tenant %d", len(d.Nodes), tenant)
 	}
@@ -711,11 +714,11 @@ func TestRebuildIntoAnEmptyGraphThenSync(t *testing.T) {
 // drops after half of it committed: the rest comes back ErrNotApplied, as
 // the projector reports a connection lost mid-chunk.
 type halfApplied struct {
-	relay.Sink
+	outbox.Sink
 	broke atomic.Bool
 }
 
-func (s *halfApplied) Deliver(ctx context.Context, batch []relay.Message) (map[int64]error, error) {
+func (s *halfApplied) Deliver(ctx context.Context, batch []outbox.Message) (map[int64]error, error) {
 	if len(batch) < 2 || s.broke.Swap(true) {
 		return s.Sink.Deliver(ctx, batch)
 	}
@@ -728,7 +731,7 @@ func (s *halfApplied) Deliver(ctx context.Context, batch []relay.Message) (map[i
 		rejected = map[int64]error{}
 	}
 	for _, m := range batch[half:] {
-		rejected[m.ID] = fmt.Errorf("%w: connection to Neo4j lost", relay.ErrNotApplied)
+		rejected[m.ID] = fmt.Errorf("%w: connection to Neo4j lost", outbox.ErrNotApplied)
 	}
 	return rejected, nil
 }
@@ -742,7 +745,7 @@ func TestReplayDeliversAgainWhatNeo4jLeftUnapplied(t *testing.T) {
 	tenant := writeWorkload(t, pool, driver, workload.Config{Seed: 23, Tenants: 1, Orders: 120, Writers: 2})[0]
 	waitCaughtUp(t, pool)
 	synced := dump(t, driver, tenant)
-	teststack.CleanGraph(t, driver, tenant)
+	stacktest.CleanGraph(t, driver, tenant)
 
 	inner, err := projector.New(driver, projector.Config{}, zaptest.NewLogger(t))
 	if err != nil {
@@ -772,10 +775,10 @@ func TestReplayDeliversAgainWhatNeo4jLeftUnapplied(t *testing.T) {
 
 // brokenSink refuses every chunk as a broken sink does (a Neo4j setting
 // that cannot work), which the replay does not retry.
-type brokenSink struct{ relay.Sink }
+type brokenSink struct{ outbox.Sink }
 
-func (brokenSink) Deliver(context.Context, []relay.Message) (map[int64]error, error) {
-	return nil, fmt.Errorf("%w: the test's sink refuses every chunk", relay.ErrSinkBroken)
+func (brokenSink) Deliver(context.Context, []outbox.Message) (map[int64]error, error) {
+	return nil, fmt.Errorf("%w: the test's sink refuses every chunk", outbox.ErrSinkBroken)
 }
 
 // A replay whose delivery fails returns its error while the reader of the
@@ -811,7 +814,7 @@ func TestReplayStopsOnAFailedDeliveryWhileTheReaderWaits(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err = b.Run(runCtx)
-	if !errors.Is(err, relay.ErrSinkBroken) || time.Since(start) > 30*time.Second {
+	if !errors.Is(err, outbox.ErrSinkBroken) || time.Since(start) > 30*time.Second {
 		t.Fatalf("replay with a broken sink beside an idle transaction: %v after %s, want the sink's error at once", err, time.Since(start).Round(time.Millisecond))
 	}
 }

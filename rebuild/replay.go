@@ -9,7 +9,9 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"go.uber.org/zap"
 
+	"graphsync/outbox"
 	"graphsync/projector"
+	"graphsync/redact"
 	"graphsync/relay"
 	gsql "graphsync/sql"
 )
@@ -123,7 +125,7 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 				if reason, ok := rejected[m.ID]; ok {
 					res.NotApplied++
 					if res.FirstRejection == "" {
-						res.FirstRejection = relay.RedactText(fmt.Sprintf("outbox id %d: %v", m.ID, reason))
+						res.FirstRejection = redact.ErrorText(fmt.Sprintf("outbox id %d: %v", m.ID, reason))
 					}
 				}
 			}
@@ -155,15 +157,15 @@ func (b *Rebuilder) deliverChunk(ctx context.Context, c historyChunk, prep prepa
 
 // retryNotApplied delivers again, in their order, the events of batch the
 // sink left unapplied because Neo4j failed after part of the chunk had
-// committed (relay.ErrNotApplied): they are no fault of theirs, and a replay
+// committed (outbox.ErrNotApplied): they are no fault of theirs, and a replay
 // that moved on would leave them to the sweep. It tries a few times while
 // each try applies some; what is still unapplied then is counted, as any
 // rejection.
-func (b *Rebuilder) retryNotApplied(ctx context.Context, batch []relay.Message, rejected map[int64]error) (map[int64]error, error) {
+func (b *Rebuilder) retryNotApplied(ctx context.Context, batch []outbox.Message, rejected map[int64]error) (map[int64]error, error) {
 	for try := 0; try < 5; try++ {
-		var again []relay.Message
+		var again []outbox.Message
 		for _, m := range batch {
-			if errors.Is(rejected[m.ID], relay.ErrNotApplied) {
+			if errors.Is(rejected[m.ID], outbox.ErrNotApplied) {
 				again = append(again, m)
 			}
 		}
@@ -180,7 +182,7 @@ func (b *Rebuilder) retryNotApplied(ctx context.Context, batch []relay.Message, 
 		for _, m := range again {
 			if reason, ok := more[m.ID]; ok {
 				rejected[m.ID] = reason
-				progressed = progressed || !errors.Is(reason, relay.ErrNotApplied)
+				progressed = progressed || !errors.Is(reason, outbox.ErrNotApplied)
 			} else {
 				delete(rejected, m.ID)
 				progressed = true
@@ -197,7 +199,7 @@ func (b *Rebuilder) retryNotApplied(ctx context.Context, batch []relay.Message, 
 // for the sink when it prepares ahead), how many rows were read, the
 // position after the last.
 type historyChunk struct {
-	batch    []relay.Message
+	batch    []outbox.Message
 	prepared *projector.Prepared
 	read     int
 	last     relay.Position
@@ -208,7 +210,7 @@ type historyChunk struct {
 // graph ahead of time (the projector: decoding, translation, statement
 // rows).
 type preparer interface {
-	Prepare(batch []relay.Message) *projector.Prepared
+	Prepare(batch []outbox.Message) *projector.Prepared
 	LookAhead(ctx context.Context, prepared, inFlight *projector.Prepared) error
 	DeliverPrepared(ctx context.Context, prepared *projector.Prepared) (map[int64]error, error)
 }
@@ -220,11 +222,11 @@ func (b *Rebuilder) deliver(ctx context.Context, send func(context.Context) (map
 	wait := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		rejected, err := send(ctx)
-		if err == nil || errors.Is(err, relay.ErrSinkBroken) || attempt == 6 {
+		if err == nil || errors.Is(err, outbox.ErrSinkBroken) || attempt == 6 {
 			return rejected, err
 		}
 		b.log.Warn("replay chunk failed; retrying", zap.Int("attempt", attempt), zap.Duration("wait", wait),
-			zap.String("error", relay.RedactText(err.Error())))
+			zap.String("error", redact.ErrorText(err.Error())))
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -236,17 +238,17 @@ func (b *Rebuilder) deliver(ctx context.Context, send func(context.Context) (map
 
 // readHistory reads one chunk after (xid, id): the processed events to
 // apply, how many rows were read, and the position after the last.
-func (b *Rebuilder) readHistory(ctx context.Context, xid string, id int64, tenant *int64) ([]relay.Message, int, relay.Position, error) {
+func (b *Rebuilder) readHistory(ctx context.Context, xid string, id int64, tenant *int64) ([]outbox.Message, int, relay.Position, error) {
 	pos := relay.Position{XID: xid, ID: id}
 	rows, err := b.pool.Query(ctx, gsql.Query("OffsetRead"), xid, id, b.cfg.ChunkSize, tenant)
 	if err != nil {
 		return nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
 	}
 	defer rows.Close()
-	var batch []relay.Message
+	var batch []outbox.Message
 	read := 0
 	for rows.Next() {
-		var m relay.Message
+		var m outbox.Message
 		var trace pgtype.Text
 		var occurred pgtype.Timestamptz
 		var processed bool

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"graphsync/outbox"
 )
 
 // While the sink applies a batch, the relay claims the next one (drain). The
@@ -54,14 +56,14 @@ func testClaimedAhead(t *testing.T, mode WakeMode) {
 		// Called under the sink's lock, once per delivery.
 		if failures < 2 {
 			failures++
-			return fmt.Errorf("%w: neo4j unreachable", ErrSinkUnavailable)
+			return fmt.Errorf("%w: neo4j unreachable", outbox.ErrSinkUnavailable)
 		}
 		return nil
 	}
 	// Rows of batches handed to the sink before: in flight while they are
 	// settled beside a later delivery, they are not claimed ahead.
 	var handed []int64
-	sink.hold = func(ctx context.Context, batch []Message) {
+	sink.hold = func(ctx context.Context, batch []outbox.Message) {
 		inBatch := map[aggKey]bool{}
 		ids := make([]int64, len(batch))
 		for i, m := range batch {
@@ -248,7 +250,7 @@ func TestSizeForBacklog(t *testing.T) {
 		w := &worker{Relay: &Relay{cfg: cfg}, limit: c.start}
 		claim := claimed{limit: c.limit, window: c.window}
 		for range c.taken {
-			claim.messages = append(claim.messages, Message{Payload: make([]byte, c.bytesEach)})
+			claim.messages = append(claim.messages, outbox.Message{Payload: make([]byte, c.bytesEach)})
 		}
 		w.sizeForBacklog(claim)
 		if w.limit != c.want {
@@ -271,7 +273,7 @@ func TestBatchClaimedAheadOfASlowBatchIsHandedBack(t *testing.T) {
 	}
 	sink := newRecordingSink()
 	var slow sync.Once
-	sink.hold = func(ctx context.Context, batch []Message) {
+	sink.hold = func(ctx context.Context, batch []outbox.Message) {
 		slow.Do(func() {
 			select { // longer than the lease (1s); the batch in delivery keeps renewing its own
 			case <-ctx.Done():
@@ -390,7 +392,7 @@ func testClaimAheadBesideSettle(t *testing.T, mode WakeMode) {
 	locked := make(chan error, 1)
 	var once sync.Once
 	sink := newRecordingSink()
-	sink.hold = func(ctx context.Context, batch []Message) {
+	sink.hold = func(ctx context.Context, batch []outbox.Message) {
 		once.Do(func() {
 			_, err := lock.Exec(ctx, `SELECT 1 FROM outbox_messages WHERE id = $1 FOR UPDATE`, ids[0])
 			locked <- err

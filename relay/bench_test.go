@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
+
+	"graphsync/outbox"
 )
 
 // The relay benchmarks run with `make bench-relay`:
@@ -28,7 +30,7 @@ type nullSink struct {
 	arrived map[int64]time.Time
 }
 
-func (s *nullSink) Deliver(_ context.Context, batch []Message) (map[int64]error, error) {
+func (s *nullSink) Deliver(_ context.Context, batch []outbox.Message) (map[int64]error, error) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -46,7 +48,7 @@ func benchConfig(h *harness, mode WakeMode, workers int) Config {
 	return Config{Wake: mode, Workers: workers, Slot: h.slot, Publication: h.slot}
 }
 
-func startBenchRelay(b *testing.B, h *harness, sink Sink, cfg Config) func() {
+func startBenchRelay(b *testing.B, h *harness, sink outbox.Sink, cfg Config) func() {
 	relayPool, err := pgxpool.New(context.Background(), h.url)
 	if err != nil {
 		b.Fatal(err)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"graphsync/outbox"
 )
 
 // TestConformance runs one delivery suite against every wake mode.
@@ -39,7 +41,7 @@ func TestConformance(t *testing.T) {
 func testConcurrentProducersAndRelays(t *testing.T, mode WakeMode) {
 	h := newHarness(t, mode)
 	sink := newRecordingSink()
-	sink.hold = func(ctx context.Context, batch []Message) {
+	sink.hold = func(ctx context.Context, batch []outbox.Message) {
 		// Widen the window in which a second relay could wrongly take the
 		// same aggregate: yield to the scheduler a little per batch.
 		select {
@@ -141,7 +143,7 @@ func testConcurrentProducersAndRelays(t *testing.T, mode WakeMode) {
 func testPoisonRows(t *testing.T, mode WakeMode) {
 	h := newHarness(t, mode)
 	sink := newRecordingSink()
-	sink.reject = func(m Message) error {
+	sink.reject = func(m outbox.Message) error {
 		if strings.Contains(string(m.Payload), "poison") {
 			return errors.New("payload rejected: field total must be a number")
 		}
@@ -167,7 +169,7 @@ func testPoisonRows(t *testing.T, mode WakeMode) {
 	// The row behind the poison must not be applied while the poison is
 	// still in the outbox: it is held back, batch after batch, until then.
 	var appliedTooEarly atomic.Bool
-	sink.onApply = func(m Message) {
+	sink.onApply = func(m outbox.Message) {
 		if m.ID == behindPoison && h.count(`SELECT count(*) FROM outbox_messages_dlq WHERE id = $1`, poison) == 0 {
 			appliedTooEarly.Store(true)
 		}
@@ -306,7 +308,7 @@ func testOutOfIDOrderCommits(t *testing.T, mode WakeMode) {
 	sink := newRecordingSink()
 	release := make(chan struct{})
 	var holdOnce sync.Once
-	sink.hold = func(ctx context.Context, batch []Message) {
+	sink.hold = func(ctx context.Context, batch []outbox.Message) {
 		for _, m := range batch {
 			if strings.Contains(string(m.Payload), "second") {
 				// Keep the higher id in delivery while the lower commits.
@@ -373,7 +375,7 @@ func testSinkUnavailable(t *testing.T, mode WakeMode) {
 		defer mu.Unlock()
 		if failures < 8 {
 			failures++
-			return fmt.Errorf("%w: neo4j unreachable", ErrSinkUnavailable)
+			return fmt.Errorf("%w: neo4j unreachable", outbox.ErrSinkUnavailable)
 		}
 		return nil
 	}
@@ -402,7 +404,7 @@ func testSinkUnavailable(t *testing.T, mode WakeMode) {
 func testUnreadableRows(t *testing.T, mode WakeMode) {
 	h := newHarness(t, mode)
 	sink := newRecordingSink()
-	sink.reject = func(m Message) error {
+	sink.reject = func(m outbox.Message) error {
 		var v any
 		if err := json.Unmarshal(m.Payload, &v); err != nil {
 			return fmt.Errorf("payload does not decode: %w", err)
@@ -414,7 +416,7 @@ func testUnreadableRows(t *testing.T, mode WakeMode) {
 	// with it, must wait until the infinite one has left the outbox.
 	var deep, infinite, behindInfinite, unknownTenant int64
 	var appliedTooEarly atomic.Bool
-	sink.onApply = func(m Message) {
+	sink.onApply = func(m outbox.Message) {
 		if m.ID == behindInfinite && h.count(`SELECT count(*) FROM outbox_messages_dlq WHERE id = $1`, infinite) == 0 {
 			appliedTooEarly.Store(true)
 		}
@@ -469,7 +471,7 @@ func testUnreadableRows(t *testing.T, mode WakeMode) {
 func testFailingAggregateStallsNoOther(t *testing.T, mode WakeMode) {
 	h := newHarness(t, mode)
 	sink := newRecordingSink()
-	sink.reject = func(m Message) error {
+	sink.reject = func(m outbox.Message) error {
 		if strings.Contains(string(m.Payload), "poison") {
 			return errors.New("payload rejected: field total must be a number")
 		}

@@ -6,5 +6,5 @@
 // (poll, notify, stream) decide when it looks for work.
 //
 // It knows nothing of Neo4j or of event payloads: it hands batches of
-// Message to a Sink and records what the sink said.
+// outbox.Message to an outbox.Sink and records what the sink said.
 package relay

@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sync/errgroup"
+
+	"graphsync/outbox"
 )
 
 // A batch that keeps failing with no event singled out (a transaction that
@@ -66,7 +68,7 @@ type suspectSink struct {
 	poison *atomic.Int64
 }
 
-func (s *suspectSink) Deliver(ctx context.Context, batch []Message) (map[int64]error, error) {
+func (s *suspectSink) Deliver(ctx context.Context, batch []outbox.Message) (map[int64]error, error) {
 	for _, m := range batch {
 		if m.ID == s.poison.Load() {
 			return nil, errors.New("the transaction timed out")
@@ -87,7 +89,7 @@ func TestBrokenSinkStopsClaiming(t *testing.T) {
 	sink.fail = func() error {
 		deliveries.Add(1)
 		if broken.Load() {
-			return fmt.Errorf("%w: Neo.ClientError.Statement.SyntaxError", ErrSinkBroken)
+			return fmt.Errorf("%w: Neo.ClientError.Statement.SyntaxError", outbox.ErrSinkBroken)
 		}
 		return nil
 	}
@@ -123,9 +125,9 @@ func TestDeferredEventIsNotAFailure(t *testing.T) {
 	var ready atomic.Bool
 	var waitingID atomic.Int64
 	sink := newRecordingSink()
-	sink.reject = func(m Message) error {
+	sink.reject = func(m outbox.Message) error {
 		if m.ID == waitingID.Load() && !ready.Load() {
-			return fmt.Errorf("product 9 is not in the graph yet: %w", ErrDeferred)
+			return fmt.Errorf("product 9 is not in the graph yet: %w", outbox.ErrDeferred)
 		}
 		return nil
 	}
@@ -188,13 +190,13 @@ func testDeferredEventsBackOff(t *testing.T, mode WakeMode) {
 	var tries, behindTries []time.Time
 	var behindFirstWait []float64 // ms between the aggregate's deferred_since and the row's due time
 	sink := newRecordingSink()
-	sink.reject = func(m Message) error {
+	sink.reject = func(m outbox.Message) error {
 		switch {
 		case m.ID == waitingID.Load() && !waitingReady.Load():
 			mu.Lock()
 			tries = append(tries, time.Now())
 			mu.Unlock()
-			return fmt.Errorf("product 9 is not in the graph yet: %w", ErrDeferred)
+			return fmt.Errorf("product 9 is not in the graph yet: %w", outbox.ErrDeferred)
 		case m.ID == behindID.Load() && !behindReady.Load():
 			mu.Lock()
 			behindTries = append(behindTries, time.Now())
@@ -211,7 +213,7 @@ func testDeferredEventsBackOff(t *testing.T, mode WakeMode) {
 				behindFirstWait = append(behindFirstWait, ms)
 			}
 			mu.Unlock()
-			return fmt.Errorf("category 3 is not in the graph yet: %w", ErrDeferred)
+			return fmt.Errorf("category 3 is not in the graph yet: %w", outbox.ErrDeferred)
 		}
 		return nil
 	}
@@ -299,7 +301,7 @@ func TestEveryDeferredRowIsLookedAtWhenDue(t *testing.T) {
 	shortDeferred := false
 	var together atomic.Bool
 	sink := newRecordingSink()
-	sink.hold = func(_ context.Context, batch []Message) {
+	sink.hold = func(_ context.Context, batch []outbox.Message) {
 		ids := map[int64]bool{}
 		for _, m := range batch {
 			ids[m.ID] = true
@@ -308,16 +310,16 @@ func TestEveryDeferredRowIsLookedAtWhenDue(t *testing.T) {
 			together.Store(true)
 		}
 	}
-	sink.reject = func(m Message) error {
+	sink.reject = func(m outbox.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
 		case m.ID == longID.Load() && !longReady.Load():
 			longTries = append(longTries, time.Now())
-			return fmt.Errorf("product 9 is not in the graph yet: %w", ErrDeferred)
+			return fmt.Errorf("product 9 is not in the graph yet: %w", outbox.ErrDeferred)
 		case m.ID == shortID.Load() && !shortDeferred:
 			shortDeferred = true
-			return fmt.Errorf("product 8 is not in the graph yet: %w", ErrDeferred)
+			return fmt.Errorf("product 8 is not in the graph yet: %w", outbox.ErrDeferred)
 		}
 		return nil
 	}
@@ -369,7 +371,7 @@ func TestEveryDeferredRowIsLookedAtWhenDue(t *testing.T) {
 	}
 }
 
-func containsID(ms []Message, id int64) bool {
+func containsID(ms []outbox.Message, id int64) bool {
 	for _, m := range ms {
 		if m.ID == id {
 			return true
@@ -596,7 +598,7 @@ func TestRecordedRejectionIsRedactedAndBounded(t *testing.T) {
 	)
 	rejected, other := ids[0], ids[1]
 	sink := newRecordingSink()
-	sink.reject = func(m Message) error {
+	sink.reject = func(m outbox.Message) error {
 		if m.ID == rejected {
 			return fmt.Errorf("write to bolt://graph:hunter2@neo4j.internal:7687 refused: %s", strings.Repeat("x", 3*maxRecordedError))
 		}

@@ -21,7 +21,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
+	"graphsync/outbox"
 )
 
 // The test binary doubles as a relay process for the crash tests: with
@@ -55,7 +56,7 @@ type harness struct {
 
 func newHarness(t testing.TB, mode WakeMode) *harness {
 	t.Helper()
-	url, pool := teststack.FreshDatabase(t)
+	url, pool := stacktest.FreshDatabase(t)
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])
 	h := &harness{t: t, mode: mode, url: url, pool: pool, slot: "gs_test_" + hex.EncodeToString(suffix[:])}
@@ -94,20 +95,20 @@ func (h *harness) config(id string) Config {
 }
 
 // start runs a relay in this process until the test ends or stop is called.
-func (h *harness) start(sink Sink, cfg Config) (stop func()) {
+func (h *harness) start(sink outbox.Sink, cfg Config) (stop func()) {
 	h.t.Helper()
 	_, stop = h.startRelay(sink, cfg)
 	return stop
 }
 
 // startRelay is start, returning the relay too.
-func (h *harness) startRelay(sink Sink, cfg Config) (_ *Relay, stop func()) {
+func (h *harness) startRelay(sink outbox.Sink, cfg Config) (_ *Relay, stop func()) {
 	h.t.Helper()
 	return h.startRelayLogging(sink, cfg, zaptest.NewLogger(h.t, zaptest.Level(zap.WarnLevel)))
 }
 
 // startRelayLogging is startRelay with the relay logging to log.
-func (h *harness) startRelayLogging(sink Sink, cfg Config, log *zap.Logger) (_ *Relay, stop func()) {
+func (h *harness) startRelayLogging(sink outbox.Sink, cfg Config, log *zap.Logger) (_ *Relay, stop func()) {
 	h.t.Helper()
 	pool, err := pgxpool.New(context.Background(), h.url)
 	if err != nil {
@@ -222,23 +223,23 @@ type aggKey struct {
 	aggID   int64
 }
 
-func keyOf(m Message) aggKey { return aggKey{m.TenantID, m.AggregateType, m.AggregateID} }
+func keyOf(m outbox.Message) aggKey { return aggKey{m.TenantID, m.AggregateType, m.AggregateID} }
 
 // recordingSink records deliveries and checks, as they happen, that no
 // aggregate is in two deliveries at once.
 type recordingSink struct {
 	mu         sync.Mutex
-	deliveries [][]Message
+	deliveries [][]outbox.Message
 	inflight   map[aggKey]bool
 	violations []string
 	// reject, when set, decides per message (poison); fail, when set, fails
 	// whole batches (an unavailable store).
-	reject func(Message) error
+	reject func(outbox.Message) error
 	fail   func() error
 	// hold, when set, is waited on inside Deliver (to widen the race window).
-	hold func(ctx context.Context, batch []Message)
+	hold func(ctx context.Context, batch []outbox.Message)
 	// onApply, when set, sees each message as it is applied.
-	onApply func(Message)
+	onApply func(outbox.Message)
 	// seen counts the deliveries each message was in.
 	seen map[int64]int
 }
@@ -247,7 +248,7 @@ func newRecordingSink() *recordingSink {
 	return &recordingSink{inflight: map[aggKey]bool{}, seen: map[int64]int{}}
 }
 
-func (s *recordingSink) Deliver(ctx context.Context, batch []Message) (map[int64]error, error) {
+func (s *recordingSink) Deliver(ctx context.Context, batch []outbox.Message) (map[int64]error, error) {
 	s.mu.Lock()
 	if s.fail != nil {
 		if err := s.fail(); err != nil {
@@ -281,10 +282,10 @@ func (s *recordingSink) Deliver(ctx context.Context, batch []Message) (map[int64
 	// its aggregate in the batch are held back, not applied.
 	rejected := map[int64]error{}
 	failing := map[aggKey]bool{}
-	var applied []Message
+	var applied []outbox.Message
 	for _, m := range batch {
 		if failing[keyOf(m)] {
-			rejected[m.ID] = ErrHeldBack
+			rejected[m.ID] = outbox.ErrHeldBack
 			continue
 		}
 		if s.reject != nil {
@@ -304,10 +305,10 @@ func (s *recordingSink) Deliver(ctx context.Context, batch []Message) (map[int64
 }
 
 // applied returns every applied message in delivery order.
-func (s *recordingSink) applied() []Message {
+func (s *recordingSink) applied() []outbox.Message {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var all []Message
+	var all []outbox.Message
 	for _, batch := range s.deliveries {
 		all = append(all, batch...)
 	}
@@ -445,7 +446,7 @@ func runRelayProcess() int {
 		fmt.Fprintln(os.Stderr, "relay process:", err)
 		return 2
 	}
-	sink := SinkFunc(func(ctx context.Context, batch []Message) (map[int64]error, error) {
+	sink := outbox.SinkFunc(func(ctx context.Context, batch []outbox.Message) (map[int64]error, error) {
 		ids := make([]string, len(batch))
 		for i, m := range batch {
 			ids[i] = strconv.FormatInt(m.ID, 10)

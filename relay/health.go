@@ -3,9 +3,8 @@ package relay
 import (
 	"regexp"
 	"sync"
-	"unicode/utf8"
 
-	"graphsync/internal/redact"
+	"graphsync/redact"
 )
 
 // health is what the relay knows about its sink beyond single batches: a
@@ -58,24 +57,9 @@ func (r *Relay) Health() []string {
 	return nil
 }
 
-// clip bounds a text for logs and error columns: producers may put anything
-// in a trace id or an event type, and a megabyte of it in every log line
-// helps nobody.
-func clip(s string, maxBytes int) string {
-	if len(s) <= maxBytes {
-		return s
-	}
-	cut := maxBytes
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…(truncated)"
-}
-
-// RedactText hides credentials in a driver's error text and bounds it, for
-// logs and reports outside this package.
-func RedactText(s string) string { return clip(redactLog(s), 2048) }
+// clip bounds a text for logs and error columns: redact.Clip's rule.
+func clip(s string, maxBytes int) string { return redact.Clip(s, maxBytes) }
 
 // redactLog hides credentials in a text before it reaches a log or an
-// HTTP answer: internal/redact's rule, the one every command uses.
+// HTTP answer: package redact's rule, the one every command uses.
 func redactLog(s string) string { return redact.Text(s) }

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	gsql "graphsync/sql"
+
+	"graphsync/outbox"
 )
 
 // OffsetReader reads outbox rows in a stable order from a stored position
@@ -62,16 +64,16 @@ func (r *OffsetReader) Load(ctx context.Context) (Position, error) {
 }
 
 // Read returns up to limit rows after from and the position after the last.
-func (r *OffsetReader) Read(ctx context.Context, from Position, limit int) ([]Message, Position, error) {
+func (r *OffsetReader) Read(ctx context.Context, from Position, limit int) ([]outbox.Message, Position, error) {
 	rows, err := r.pool.Query(ctx, gsql.Query("OffsetRead"), from.XID, from.ID, limit, nil)
 	if err != nil {
 		return nil, from, fmt.Errorf("read outbox from offset: %w", err)
 	}
 	defer rows.Close()
-	var messages []Message
+	var messages []outbox.Message
 	next := from
 	for rows.Next() {
-		var m Message
+		var m outbox.Message
 		var trace pgtype.Text
 		// occurred_at may be ±infinity, which time.Time cannot hold (the
 		// relay dead-letters such a row): OccurredAt is then zero.

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"graphsync/outbox"
 )
 
 // pick is the one place the claim's rules are worked out; the conformance
@@ -12,7 +14,7 @@ import (
 // that mixes aggregates.
 func TestPickKeepsTheClaimRules(t *testing.T) {
 	row := func(id, agg, prev int64, payload string) windowRow {
-		w := windowRow{msg: Message{ID: id, TenantID: 1, AggregateType: "Order", AggregateID: agg, Payload: []byte(payload)}}
+		w := windowRow{msg: outbox.Message{ID: id, TenantID: 1, AggregateType: "Order", AggregateID: agg, Payload: []byte(payload)}}
 		if prev > 0 {
 			w.prevPending = pgtype.Int8{Int64: prev, Valid: true}
 		}

@@ -11,13 +11,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sourcegraph/conc/pool"
 	"go.uber.org/zap"
+
+	"graphsync/outbox"
 )
 
 // Relay claims outbox rows and hands them to a Sink.
 type Relay struct {
 	cfg     Config
 	pool    *pgxpool.Pool
-	sink    Sink
+	sink    outbox.Sink
 	log     *zap.Logger
 	metrics *Metrics
 	health  *health
@@ -49,7 +51,7 @@ type worker struct {
 
 // New checks cfg and builds a relay. pool must reach outbox_messages as a role
 // that may read every tenant's rows (graphsync_relay). metrics may be nil.
-func New(pool *pgxpool.Pool, sink Sink, cfg Config, log *zap.Logger, metrics *Metrics) (*Relay, error) {
+func New(pool *pgxpool.Pool, sink outbox.Sink, cfg Config, log *zap.Logger, metrics *Metrics) (*Relay, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("relay config: %w", err)
@@ -390,7 +392,7 @@ func (r *worker) waitAfter(ctx context.Context, err error, backoff *backoff) {
 	}
 	r.metrics.passErrors.Inc()
 	wait := backoff.next()
-	if errors.Is(err, ErrSinkBroken) {
+	if errors.Is(err, outbox.ErrSinkBroken) {
 		wait = r.cfg.SinkBackoffMax
 	}
 	r.log.Warn("relay pass failed; backing off", zap.String("error", redactLog(err.Error())), zap.Duration("backoff", wait))
@@ -492,7 +494,7 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 		var tookBytes int64
 		err := r.pass(ctx, func(ctx context.Context) (claimed, error) {
 			c, err := r.store.OutboxClaimByID(ctx, chunk, len(restOfLeft) > 0 || next < len(ids))
-			for _, ms := range [][]Message{c.messages, c.unreadable} {
+			for _, ms := range [][]outbox.Message{c.messages, c.unreadable} {
 				for _, m := range ms {
 					took[m.ID] = true
 				}
@@ -609,7 +611,7 @@ func (r *worker) apply(ctx context.Context, c claimed) (settlement, error) {
 
 // heldBehind splits messages into those that may be delivered and the ids
 // of those that follow a failed row of their aggregate.
-func heldBehind(messages, failed []Message) (deliver []Message, held []int64) {
+func heldBehind(messages, failed []outbox.Message) (deliver []outbox.Message, held []int64) {
 	first := map[aggregateKey]int64{}
 	for _, f := range failed {
 		k := aggregateKey{f.TenantID, f.AggregateType, f.AggregateID}
@@ -682,19 +684,19 @@ func (r *worker) deliver(ctx context.Context, c claimed) (settlement, error) {
 		r.limit = min(r.cfg.BatchSize, r.limit*2) // back from a split-down
 	}
 	var st settlement
-	var failed []Message
+	var failed []outbox.Message
 	var notApplied error
 	for _, m := range batch {
 		rejectErr := rejected[m.ID]
 		switch {
 		case rejectErr == nil:
 			st.applied = append(st.applied, m.ID)
-		case errors.Is(rejectErr, ErrHeldBack):
+		case errors.Is(rejectErr, outbox.ErrHeldBack):
 			st.released = append(st.released, m.ID)
-		case errors.Is(rejectErr, ErrNotApplied):
+		case errors.Is(rejectErr, outbox.ErrNotApplied):
 			st.released = append(st.released, m.ID)
 			notApplied = rejectErr
-		case errors.Is(rejectErr, ErrDeferred):
+		case errors.Is(rejectErr, outbox.ErrDeferred):
 			st.deferred = append(st.deferred, m.ID)
 		default:
 			failed = append(failed, m)
@@ -707,7 +709,7 @@ func (r *worker) deliver(ctx context.Context, c claimed) (settlement, error) {
 	}
 	if notApplied != nil {
 		r.metrics.sinkErrors.Inc()
-		if errors.Is(notApplied, ErrSinkBroken) {
+		if errors.Is(notApplied, outbox.ErrSinkBroken) {
 			r.health.sinkBroken(notApplied) // what it applied first does not make it work
 		}
 		return st, fmt.Errorf("sink applied part of a batch of %d, then: %w", len(batch), notApplied)
@@ -718,12 +720,12 @@ func (r *worker) deliver(ctx context.Context, c claimed) (settlement, error) {
 // sinkFailed handles a batch the sink could not apply at all, by class (see
 // Sink). Nothing of it was applied; the caller releases what is not recorded
 // as failed here (uncounted).
-func (r *worker) sinkFailed(ctx context.Context, holder string, batch []Message, sinkErr error) error {
+func (r *worker) sinkFailed(ctx context.Context, holder string, batch []outbox.Message, sinkErr error) error {
 	switch {
-	case errors.Is(sinkErr, ErrSinkBroken):
+	case errors.Is(sinkErr, outbox.ErrSinkBroken):
 		r.health.sinkBroken(sinkErr)
 		r.metrics.sinkErrors.Inc()
-	case errors.Is(sinkErr, ErrSinkUnavailable):
+	case errors.Is(sinkErr, outbox.ErrSinkUnavailable):
 		r.metrics.sinkErrors.Inc()
 	case len(batch) == 1:
 		// Split down to one event and it still fails: from here on it is
@@ -742,7 +744,7 @@ func (r *worker) sinkFailed(ctx context.Context, holder string, batch []Message,
 
 // recordFailures records events that failed by their own fault: last_error,
 // the retry schedule, past the limit the DLQ. Each is logged once, here.
-func (r *worker) recordFailures(ctx context.Context, holder string, failed []Message, reasons map[int64]error) error {
+func (r *worker) recordFailures(ctx context.Context, holder string, failed []outbox.Message, reasons map[int64]error) error {
 	for _, m := range failed {
 		r.metrics.failed(m.EventType)
 		r.log.Warn("event failed", zap.Int64("outbox_id", m.ID), zap.String("event_type", clip(m.EventType, 64)),

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
-	"graphsync/relay"
-	"graphsync/relay/sinktest"
+	"graphsync/outbox"
+	"graphsync/outbox/sinktest"
 )
 
 // The Sink conformance suite against the fake sink the relay's tests use
@@ -33,18 +33,18 @@ type fakePayload struct {
 	Refuse  bool `json:"refuse"`
 }
 
-func (s *fakeSink) Deliver(_ context.Context, batch []relay.Message) (map[int64]error, error) {
+func (s *fakeSink) Deliver(_ context.Context, batch []outbox.Message) (map[int64]error, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.down {
-		return nil, fmt.Errorf("%w: store down", relay.ErrSinkUnavailable)
+		return nil, fmt.Errorf("%w: store down", outbox.ErrSinkUnavailable)
 	}
 	rejected := map[int64]error{}
 	failing := map[int64]bool{}
 	next := map[int64]int{}
 	for _, m := range batch {
 		if failing[m.AggregateID] {
-			rejected[m.ID] = fmt.Errorf("event %d: %w", m.ID, relay.ErrHeldBack)
+			rejected[m.ID] = fmt.Errorf("event %d: %w", m.ID, outbox.ErrHeldBack)
 			continue
 		}
 		var p fakePayload
@@ -79,21 +79,21 @@ type fakeScope struct {
 
 func newFakeScope() *fakeScope { return &fakeScope{sink: &fakeSink{state: map[int64]int{}}} }
 
-func (s *fakeScope) message(agg int64, payload string) relay.Message {
+func (s *fakeScope) message(agg int64, payload string) outbox.Message {
 	s.nextID++
-	return relay.Message{ID: s.nextID, TenantID: 1, AggregateType: "Product", AggregateID: agg, EventType: "ProductUpdated",
+	return outbox.Message{ID: s.nextID, TenantID: 1, AggregateType: "Product", AggregateID: agg, EventType: "ProductUpdated",
 		EventVersion: 1, Payload: json.RawMessage(payload), Attempts: 1}
 }
 
-func (s *fakeScope) Sink() relay.Sink { return s.sink }
-func (s *fakeScope) Valid(agg int64, seq int) relay.Message {
+func (s *fakeScope) Sink() outbox.Sink { return s.sink }
+func (s *fakeScope) Valid(agg int64, seq int) outbox.Message {
 	return s.message(agg, fmt.Sprintf(`{"seq": %d}`, seq))
 }
-func (s *fakeScope) Undecodable(agg int64, _ int) relay.Message { return s.message(agg, `{"seq": `) }
-func (s *fakeScope) Inadmissible(agg int64, seq int) relay.Message {
+func (s *fakeScope) Undecodable(agg int64, _ int) outbox.Message { return s.message(agg, `{"seq": `) }
+func (s *fakeScope) Inadmissible(agg int64, seq int) outbox.Message {
 	return s.message(agg, fmt.Sprintf(`{"seq": %d, "foreign": true}`, seq))
 }
-func (s *fakeScope) Refused(agg int64, seq int) relay.Message {
+func (s *fakeScope) Refused(agg int64, seq int) outbox.Message {
 	return s.message(agg, fmt.Sprintf(`{"seq": %d, "refuse": true}`, seq))
 }
 

@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	gsql "graphsync/sql"
+
+	"graphsync/outbox"
 )
 
 // store holds the relay's statements against outbox_messages. Each method is
@@ -53,12 +55,12 @@ func (s *store) nextHolder() string {
 // and rows that ran out of attempts without an answer (their relay died
 // while delivering them) and were dead-lettered instead.
 type claimed struct {
-	messages     []Message
+	messages     []outbox.Message
 	deadLettered []int64
 	// unreadable are rows the relay took but cannot hand to a sink (a
 	// tenant PostgreSQL does not have, an infinite occurred_at): poison
 	// events, recorded with unreadableErrs like a sink's rejections.
-	unreadable     []Message
+	unreadable     []outbox.Message
 	unreadableErrs map[int64]error
 	// holder is the claim's identity (store.nextHolder).
 	holder string
@@ -74,7 +76,7 @@ func (c claimed) taken() int { return len(c.messages) + len(c.deadLettered) + le
 // counts it.
 func (c claimed) payloadBytes() int64 {
 	var n int64
-	for _, ms := range [][]Message{c.messages, c.unreadable} {
+	for _, ms := range [][]outbox.Message{c.messages, c.unreadable} {
 		for _, m := range ms {
 			n += int64(len(m.Payload))
 		}
@@ -147,7 +149,7 @@ func (s *store) OutboxClaimByID(ctx context.Context, ids []int64, more bool) (cl
 // in one chunk, the claim takes both (the lower id is the higher one's
 // predecessor), and they must reach the sink in id order, as a poll's claim
 // of the same rows would hand them over.
-func inIDOrderWithinAggregates(ms []Message) {
+func inIDOrderWithinAggregates(ms []outbox.Message) {
 	places := map[aggregateKey][]int{}
 	for i, m := range ms {
 		k := aggregateKey{m.TenantID, m.AggregateType, m.AggregateID}
@@ -157,7 +159,7 @@ func inIDOrderWithinAggregates(ms []Message) {
 		if len(at) < 2 {
 			continue
 		}
-		group := make([]Message, len(at))
+		group := make([]outbox.Message, len(at))
 		for j, i := range at {
 			group[j] = ms[i]
 		}
@@ -298,7 +300,7 @@ func exhaustedReason(maxAttempts int, lastError string) string {
 // windowRow is one row of a claim's window with what the rules need
 // (sql/queries/outbox.sql, OutboxClaimRead).
 type windowRow struct {
-	msg Message
+	msg outbox.Message
 	// problem is set for a row that cannot be handed to a sink; lastError
 	// is the error recorded for the row's previous attempt, if any.
 	problem   error
@@ -476,7 +478,7 @@ const maxRecordedError = 4096
 // for their retry. It returns the ids dead-lettered. A reason is stored as
 // the logs show it (passwords redacted), cut to maxRecordedError bytes:
 // last_error reaches operators through graphsync dlq list.
-func (s *store) OutboxFail(ctx context.Context, holder string, failed []Message, reasons map[int64]error) ([]int64, error) {
+func (s *store) OutboxFail(ctx context.Context, holder string, failed []outbox.Message, reasons map[int64]error) ([]int64, error) {
 	var retryIDs, deadIDs []int64
 	var retryErrs, deadErrs []string
 	for _, m := range failed {
@@ -524,7 +526,7 @@ func outboxMoveToDLQ(ctx context.Context, tx pgx.Tx, ids []int64, reasons []stri
 	return moved, nil
 }
 
-func messageIDs(messages []Message) []int64 {
+func messageIDs(messages []outbox.Message) []int64 {
 	ids := make([]int64, len(messages))
 	for i, m := range messages {
 		ids[i] = m.ID

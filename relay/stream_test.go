@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"graphsync/outbox"
 )
 
 // streamConfig turns the fallback poll off in practice, so that only the
@@ -32,7 +34,7 @@ func newFailingSink() (*recordingSink, *atomic.Bool) {
 	failing.Store(true)
 	sink.fail = func() error {
 		if failing.Load() {
-			return fmt.Errorf("%w: neo4j down", ErrSinkUnavailable)
+			return fmt.Errorf("%w: neo4j down", outbox.ErrSinkUnavailable)
 		}
 		return nil
 	}
@@ -378,7 +380,7 @@ func TestStreamKeepsItsConnectionAfterAQuietSpell(t *testing.T) {
 func TestStreamKeepsItsConnectionThroughALongPass(t *testing.T) {
 	h := newHarness(t, WakeStream)
 	sink := newRecordingSink()
-	sink.hold = func(ctx context.Context, batch []Message) {
+	sink.hold = func(ctx context.Context, batch []outbox.Message) {
 		select { // a slow Neo4j: each chunk takes a while
 		case <-ctx.Done():
 		case <-time.After(150 * time.Millisecond):
@@ -530,7 +532,7 @@ func TestStreamRetriesAFailureWhenItsHoldRunsOut(t *testing.T) {
 	sink := newRecordingSink()
 	var refused atomic.Bool
 	var failing atomic.Int64
-	sink.reject = func(m Message) error {
+	sink.reject = func(m outbox.Message) error {
 		if m.ID == failing.Load() && refused.CompareAndSwap(false, true) {
 			return errors.New("refused once")
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
 	"graphsync/graphmodel"
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 	"graphsync/projector"
 )
 
@@ -39,7 +39,7 @@ var (
 // measured in the same run, alternating. Run it with `make bench-context`.
 func BenchmarkContext(b *testing.B) {
 	ctx := context.Background()
-	driver := teststack.Neo4j(b)
+	driver := stacktest.Neo4j(b)
 	if err := projector.EnsureSchema(ctx, driver); err != nil {
 		b.Fatal(err)
 	}

@@ -12,9 +12,9 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"graphsync/events"
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
+	"graphsync/outbox"
 	"graphsync/projector"
-	"graphsync/relay"
 )
 
 var (
@@ -36,7 +36,7 @@ type tenantGraph struct {
 
 func newTenantGraph(t testing.TB) *tenantGraph {
 	t.Helper()
-	driver := teststack.Neo4j(t)
+	driver := stacktest.Neo4j(t)
 	schemaOnce.Do(func() { schemaErr = projector.EnsureSchema(context.Background(), driver) })
 	if schemaErr != nil {
 		t.Fatalf("EnsureSchema: %v", schemaErr)
@@ -47,7 +47,7 @@ func newTenantGraph(t testing.TB) *tenantGraph {
 	}
 	g := &tenantGraph{t: t, driver: driver, sink: sink,
 		tenant: 1<<50 + rand.Int64N(1<<40), base: 1<<52 + rand.Int64N(1<<40)*1000, outboxID: rand.Int64N(1 << 40)}
-	t.Cleanup(func() { teststack.CleanGraph(t, driver, g.tenant) })
+	t.Cleanup(func() { stacktest.CleanGraph(t, driver, g.tenant) })
 	return g
 }
 
@@ -56,14 +56,14 @@ func (g *tenantGraph) id(n int64) int64 { return g.base + n }
 // apply delivers events in one batch and fails the test on any rejection.
 func (g *tenantGraph) apply(evs ...events.Event) {
 	g.t.Helper()
-	var batch []relay.Message
+	var batch []outbox.Message
 	for _, ev := range evs {
 		payload, err := json.Marshal(ev)
 		if err != nil {
 			g.t.Fatal(err)
 		}
 		g.outboxID++
-		batch = append(batch, relay.Message{ID: g.outboxID, TenantID: g.tenant, AggregateType: ev.AggregateType(),
+		batch = append(batch, outbox.Message{ID: g.outboxID, TenantID: g.tenant, AggregateType: ev.AggregateType(),
 			AggregateID: ev.AggregateID(), EventType: ev.EventType(), EventVersion: ev.EventVersion(),
 			Payload: payload, OccurredAt: fixtureTime, Attempts: 1})
 	}

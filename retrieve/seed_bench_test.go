@@ -14,7 +14,7 @@ import (
 
 	"graphsync/embed/stage"
 	"graphsync/graphmodel"
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 	"graphsync/projector"
 )
 
@@ -194,7 +194,7 @@ func p50p99ms(d []time.Duration) (float64, float64) {
 // query); vector: the exact in-tenant scan the smallest tenant gets.
 // `make bench-context` runs it; SEED_PRODUCTS scales it.
 func BenchmarkSeedCost(b *testing.B) {
-	driver := teststack.Neo4j(b)
+	driver := stacktest.Neo4j(b)
 	g := buildSyntheticGraph(b, driver, *seedProducts, *seedTenants)
 	tenant := g.tenants[len(g.tenants)-1]
 	label, _ := graphmodel.Default.Label(graphmodel.LabelProduct)
@@ -263,7 +263,7 @@ RETURN node.id AS id, score ORDER BY score DESC, id ASC LIMIT $topK`
 // VECTOR_PRODUCTS scales it.
 func BenchmarkVectorSeeds(b *testing.B) {
 	ctx := context.Background()
-	driver := teststack.Neo4j(b)
+	driver := stacktest.Neo4j(b)
 	g := buildSyntheticGraph(b, driver, *vectorProducts, *vectorTenants)
 	label, _ := graphmodel.Default.Label(graphmodel.LabelProduct)
 	const k = 10

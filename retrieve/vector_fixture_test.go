@@ -10,7 +10,7 @@ import (
 	"graphsync/embed"
 	"graphsync/embed/stage"
 	"graphsync/graphmodel"
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 	"graphsync/projector"
 )
 
@@ -54,7 +54,7 @@ func newEmbeddedTenantGraph(t testing.TB, e embed.Embedder) *tenantGraph {
 // fresh database) over the tenant until nothing is pending.
 func (g *tenantGraph) embed(e embed.Embedder) {
 	g.t.Helper()
-	_, pool := teststack.FreshDatabase(g.t)
+	_, pool := stacktest.FreshDatabase(g.t)
 	s, err := stage.New(g.driver, stage.NewCache(pool), e, stage.Config{Tenants: []int64{g.tenant}}, zaptest.NewLogger(g.t))
 	if err != nil {
 		g.t.Fatal(err)

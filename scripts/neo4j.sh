@@ -83,13 +83,13 @@ build() {
 }
 
 build_ready_checker() {
-  if [ -x "$READY_BIN" ] && [ -z "$(find "$GRAPHSYNC_ROOT/internal/teststack/cmd/neo4jready" "$GRAPHSYNC_ROOT/go.sum" -newer "$READY_BIN" -type f 2>/dev/null)" ]; then
+  if [ -x "$READY_BIN" ] && [ -z "$(find "$GRAPHSYNC_ROOT/internal/stacktest/cmd/neo4jready" "$GRAPHSYNC_ROOT/go.sum" -newer "$READY_BIN" -type f 2>/dev/null)" ]; then
     return 0
   fi
   command -v go >/dev/null 2>&1 || die "go not found: needed to build the Bolt readiness checker"
   mkdir -p "$(dirname "$READY_BIN")"
-  (cd "$GRAPHSYNC_ROOT" && go build -o "$READY_BIN" ./internal/teststack/cmd/neo4jready) \
-    || die "go build ./internal/teststack/cmd/neo4jready failed"
+  (cd "$GRAPHSYNC_ROOT" && go build -o "$READY_BIN" ./internal/stacktest/cmd/neo4jready) \
+    || die "go build ./internal/stacktest/cmd/neo4jready failed"
 }
 
 launcher_pid() {

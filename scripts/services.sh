@@ -2,7 +2,7 @@
 # scripts/services.sh up|down|status
 #
 # Starts (or reuses) the private PostgreSQL cluster and the embedded Neo4j and
-# writes .local/services.env, which tests (internal/teststack) and the demo
+# writes .local/services.env, which tests (internal/stacktest) and the demo
 # read:
 #   export GRAPHSYNC_PG_URL=postgres://graphsync@127.0.0.1:PORT/graphsync?sslmode=disable
 #   export GRAPHSYNC_NEO4J_URI=bolt://127.0.0.1:PORT

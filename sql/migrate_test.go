@@ -11,12 +11,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 	gsql "graphsync/sql"
 )
 
 func TestMigrateTwiceChangesNothing(t *testing.T) {
-	_, pool := teststack.FreshDatabase(t) // already migrated from the template
+	_, pool := stacktest.FreshDatabase(t) // already migrated from the template
 	ctx := context.Background()
 	applied, err := gsql.Migrate(ctx, pool)
 	if err != nil {
@@ -32,7 +32,7 @@ func TestMigrateTwiceChangesNothing(t *testing.T) {
 }
 
 func TestEditedMigrationIsAnError(t *testing.T) {
-	_, pool := teststack.FreshDatabase(t)
+	_, pool := stacktest.FreshDatabase(t)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `UPDATE graphsync_schema_migrations SET checksum = 'edited' WHERE version = 2`); err != nil {
 		t.Fatal(err)
@@ -49,7 +49,7 @@ func TestEditedMigrationIsAnError(t *testing.T) {
 // outbox_messages keeps the canonical outbox's columns, types, defaults and
 // partial index (shared/seeds/000); the relay's additions come after them.
 func TestOutboxMatchesTheSeed(t *testing.T) {
-	_, pool := teststack.FreshDatabase(t)
+	_, pool := stacktest.FreshDatabase(t)
 	ctx := context.Background()
 	type column struct{ name, typ, nullable, def string }
 	seed := []column{
@@ -134,7 +134,7 @@ func TestOutboxMatchesTheSeed(t *testing.T) {
 // The application role, for tenant A, reads no row of tenant B and cannot
 // write into B; the relay role reads both.
 func TestRowLevelSecurityKeepsTenantsApart(t *testing.T) {
-	_, pool := teststack.FreshDatabase(t)
+	_, pool := stacktest.FreshDatabase(t)
 	ctx := context.Background()
 	var a, b int64
 	if err := pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('a') RETURNING id`).Scan(&a); err != nil {
@@ -251,7 +251,7 @@ func tenantText(id int64) string {
 // pending; once it is dropped, migrate builds the index valid and records
 // the migration.
 func TestNoTransactionMigrationRefusesAnInvalidIndex(t *testing.T) {
-	_, pool := teststack.FreshDatabase(t)
+	_, pool := stacktest.FreshDatabase(t)
 	ctx := context.Background()
 	unapplyFailingIndex(t, pool, 2)
 	// A unique build over two rows of one tenant fails, as an interrupted
@@ -282,7 +282,7 @@ func TestNoTransactionMigrationRefusesAnInvalidIndex(t *testing.T) {
 // the build waited for, while it waited for the lock, and PostgreSQL broke
 // the deadlock by failing the build (leaving its index invalid).
 func TestConcurrentMigrateRunsWaitForEachOther(t *testing.T) {
-	_, pool := teststack.FreshDatabase(t)
+	_, pool := stacktest.FreshDatabase(t)
 	ctx := context.Background()
 	// Rows enough that the build lasts while the other run asks for the lock.
 	unapplyFailingIndex(t, pool, 100000)
@@ -343,7 +343,7 @@ func requireFailingIndexValid(t *testing.T, pool *pgxpool.Pool) {
 // do, instead of queueing every later writer of the table behind it;
 // nothing of it is applied, and the next run applies it.
 func TestTransactionalMigrationWaitsForALockBounded(t *testing.T) {
-	_, pool := teststack.FreshDatabase(t)
+	_, pool := stacktest.FreshDatabase(t)
 	ctx := context.Background()
 	for _, stmt := range []string{
 		`DELETE FROM graphsync_schema_migrations WHERE version = 10`,
@@ -380,7 +380,7 @@ func TestTransactionalMigrationWaitsForALockBounded(t *testing.T) {
 // A run that waits for another's migration lock says so, naming the
 // backend that holds it, and goes on once it is free.
 func TestMigrateSaysWhoHoldsTheLock(t *testing.T) {
-	_, pool := teststack.FreshDatabase(t)
+	_, pool := stacktest.FreshDatabase(t)
 	ctx := context.Background()
 	conn, err := pool.Acquire(ctx)
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"graphsync/events"
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 	"graphsync/workload"
 )
 
@@ -310,7 +310,7 @@ func must[T any](v T, err error) T {
 
 func TestRunDefaultWorkloadWritesEveryChangeWithItsEvent(t *testing.T) {
 	ctx := testContext(t)
-	_, pool := teststack.FreshDatabase(t)
+	_, pool := stacktest.FreshDatabase(t)
 	report, err := workload.Run(ctx, pool, workload.Config{}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatalf("Run: %v", err)
@@ -364,7 +364,7 @@ func TestRunDefaultWorkloadWritesEveryChangeWithItsEvent(t *testing.T) {
 
 func TestRunBatchedTransactionsStayConsistent(t *testing.T) {
 	ctx := testContext(t)
-	_, pool := teststack.FreshDatabase(t)
+	_, pool := stacktest.FreshDatabase(t)
 	cfg := workload.Config{Seed: 11, Tenants: 2, ProductsPerTenant: 12, Orders: 400, Writers: 3, OrdersPerTx: 50}
 	report, err := workload.Run(ctx, pool, cfg, zaptest.NewLogger(t))
 	if err != nil {
@@ -469,7 +469,7 @@ func TestRunIsDeterministicForASeed(t *testing.T) {
 	ctx := testContext(t)
 	cfg := workload.Config{Seed: 7, Orders: 150, Writers: 3}
 	run := func(cfg workload.Config) []string {
-		_, pool := teststack.FreshDatabase(t)
+		_, pool := stacktest.FreshDatabase(t)
 		report, err := workload.Run(ctx, pool, cfg, zaptest.NewLogger(t))
 		if err != nil {
 			t.Fatalf("Run: %v", err)
@@ -492,7 +492,7 @@ func TestRunIsDeterministicForASeed(t *testing.T) {
 // wrote every business and outbox row and under which app.tenant_id.
 func TestRunWritesAsTheApplicationRoleUnderRLS(t *testing.T) {
 	ctx := testContext(t)
-	_, pool := teststack.FreshDatabase(t)
+	_, pool := stacktest.FreshDatabase(t)
 	if _, err := pool.Exec(ctx, `
 		CREATE TABLE write_audit (table_name TEXT, op TEXT, role TEXT, setting TEXT, row_tenant BIGINT);
 		GRANT INSERT ON write_audit TO graphsync_app;
@@ -566,7 +566,7 @@ func TestRunWritesAsTheApplicationRoleUnderRLS(t *testing.T) {
 
 func TestRunStoresPersonalDataOnlyInBusinessTables(t *testing.T) {
 	ctx := testContext(t)
-	_, pool := teststack.FreshDatabase(t)
+	_, pool := stacktest.FreshDatabase(t)
 	report, err := workload.Run(ctx, pool, workload.Config{Seed: 5}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatalf("Run: %v", err)
@@ -607,7 +607,7 @@ func TestRunStoresPersonalDataOnlyInBusinessTables(t *testing.T) {
 
 func TestPlantPoisonWritesRowsTheCatalogRejects(t *testing.T) {
 	ctx := testContext(t)
-	_, pool := teststack.FreshDatabase(t)
+	_, pool := stacktest.FreshDatabase(t)
 	const tenantID = 4242
 	n := 2*len(workload.PoisonKinds) + 1
 	ids, err := workload.PlantPoison(ctx, pool, tenantID, n)
@@ -678,7 +678,7 @@ func BenchmarkRun(b *testing.B) {
 			var elapsed time.Duration
 			for b.Loop() {
 				b.StopTimer()
-				_, pool := teststack.FreshDatabase(b)
+				_, pool := stacktest.FreshDatabase(b)
 				b.StartTimer()
 				started := time.Now()
 				report, err := workload.Run(context.Background(), pool,

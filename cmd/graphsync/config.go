@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"graphsync/drift"
-	"graphsync/internal/redact"
+	"graphsync/redact"
 	gsql "graphsync/sql"
 )
 

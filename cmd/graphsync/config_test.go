@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 	"graphsync/relay"
 )
 
 // A connection string the command cannot use is named in its error with
-// the password hidden, whatever the password holds (internal/redact has
+// the password hidden, whatever the password holds (package redact has
 // the rule's table test; this is the path from the flag to the line).
 func TestConnectionErrorsHideThePassword(t *testing.T) {
 	for secret, args := range map[string][]string{
@@ -243,7 +243,7 @@ func TestCellIsOneBoundedLine(t *testing.T) {
 
 // dlq retry of an id named twice retries its one row and succeeds.
 func TestDLQRetryOfAnIDNamedTwice(t *testing.T) {
-	_, pool := teststack.FreshDatabase(t)
+	_, pool := stacktest.FreshDatabase(t)
 	ctx := context.Background()
 	id := int64(4242)
 	if _, err := pool.Exec(ctx, `INSERT INTO outbox_messages_dlq (id, tenant_id, aggregate_type, aggregate_id, event_type, payload)
@@ -261,7 +261,7 @@ func TestDLQRetryOfAnIDNamedTwice(t *testing.T) {
 
 // dlq list says when --limit cut the list, and only then.
 func TestDLQListSaysWhenTheLimitCutIt(t *testing.T) {
-	url, pool := teststack.FreshDatabase(t)
+	url, pool := stacktest.FreshDatabase(t)
 	if _, err := pool.Exec(context.Background(), `INSERT INTO outbox_messages_dlq (id, tenant_id, aggregate_type, aggregate_id, event_type, payload)
 		SELECT g, 1, 'Order', g, 'OrderPlaced', '{}' FROM generate_series(1, 3) g`); err != nil {
 		t.Fatal(err)
@@ -278,7 +278,7 @@ func TestDLQListSaysWhenTheLimitCutIt(t *testing.T) {
 // discard too: another tenant's dead letter is left alone and the command
 // fails naming the tenant; a list of one tenant says so on standard error.
 func TestDLQTenantScopesRetryAndDiscard(t *testing.T) {
-	url, pool := teststack.FreshDatabase(t)
+	url, pool := stacktest.FreshDatabase(t)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `INSERT INTO outbox_messages_dlq (id, tenant_id, aggregate_type, aggregate_id, event_type, payload)
 		VALUES (4243, 1, 'Order', 1, 'OrderPlaced', '{}')`); err != nil {

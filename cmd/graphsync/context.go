@@ -12,7 +12,7 @@ import (
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
 	"graphsync/embed"
-	"graphsync/internal/redact"
+	"graphsync/redact"
 	"graphsync/retrieve"
 )
 

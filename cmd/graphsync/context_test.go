@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"graphsync/events"
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 	"graphsync/projector"
 	"graphsync/retrieve"
 )
@@ -24,8 +24,8 @@ import (
 // has caught up.
 func TestContextThroughSync(t *testing.T) {
 	ctx := context.Background()
-	pgURL, pool := teststack.FreshDatabase(t)
-	driver := teststack.Neo4j(t)
+	pgURL, pool := stacktest.FreshDatabase(t)
+	driver := stacktest.Neo4j(t)
 	if err := projector.EnsureSchema(ctx, driver); err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestContextThroughSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { teststack.CleanGraph(t, driver, tenant) })
+	t.Cleanup(func() { stacktest.CleanGraph(t, driver, tenant) })
 	syncUntilCaughtUp(t, pgURL)
 
 	contextOf := func(question string) string {
@@ -130,7 +130,7 @@ func TestContextThroughSync(t *testing.T) {
 func syncUntilCaughtUp(t *testing.T, pgURL string) {
 	t.Helper()
 	code := run([]string{"sync", "--until-caught-up", "--http-addr=", "--wake", "poll", "--poll-interval", "50ms",
-		"--retention-every", "0", "--log-level", "error", "--pg-url", pgURL, "--neo4j-uri", teststack.Neo4jURI(t)})
+		"--retention-every", "0", "--log-level", "error", "--pg-url", pgURL, "--neo4j-uri", stacktest.Neo4jURI(t)})
 	if code != 0 {
 		t.Fatalf("graphsync sync --until-caught-up exited %d", code)
 	}
@@ -139,7 +139,7 @@ func syncUntilCaughtUp(t *testing.T, pgURL string) {
 // Bad calls exit 2 with one line naming the problem, before or without
 // touching Neo4j; an unreachable Neo4j exits 1.
 func TestContextBadCalls(t *testing.T) {
-	uri := teststack.Neo4jURI(t)
+	uri := stacktest.Neo4jURI(t)
 	for name, args := range map[string][]string{
 		"no tenant":      {"kettle"},
 		"no question":    {"--tenant", "1"},

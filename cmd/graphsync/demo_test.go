@@ -15,14 +15,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 )
 
 // `graphsync summary` without tenants shows every tenant, with its outbox
 // events counted (all, and pending) for that tenant only.
 func TestSummaryShowsEveryTenant(t *testing.T) {
-	_, pool := teststack.FreshDatabase(t)
-	driver := teststack.Neo4j(t)
+	_, pool := stacktest.FreshDatabase(t)
+	driver := stacktest.Neo4j(t)
 	ctx := context.Background()
 	events := map[int64][2]int{} // tenant: all events, pending
 	for i, want := range [][2]int{{3, 1}, {2, 2}} {
@@ -70,14 +70,14 @@ func TestSummaryShowsEveryTenant(t *testing.T) {
 // is left out of the summary instead of crashing it, and a relationship
 // from it counts for nobody.
 func TestSummaryLeavesOutAFloatTenantID(t *testing.T) {
-	_, pool := teststack.FreshDatabase(t)
-	driver := teststack.Neo4j(t)
+	_, pool := stacktest.FreshDatabase(t)
+	driver := stacktest.Neo4j(t)
 	ctx := context.Background()
 	tenant := time.Now().UnixNano()%1_000_000_000 + 5_000_000_000
 	if _, err := pool.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, 'summary float')`, tenant); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { teststack.CleanGraph(t, driver, tenant) })
+	t.Cleanup(func() { stacktest.CleanGraph(t, driver, tenant) })
 	if _, err := neo4j.ExecuteQuery(ctx, driver, `CREATE (:Chunk {tenant_id: toFloat($t)})-[:MENTIONS]->(:Product {tenant_id: $t, id: 1})`,
 		map[string]any{"t": tenant}, neo4j.EagerResultTransformer); err != nil {
 		t.Fatal(err)
@@ -95,8 +95,8 @@ func TestSummaryLeavesOutAFloatTenantID(t *testing.T) {
 // the end: a slot left behind keeps all the WAL the cluster writes after it
 // (one left by `make demo` once held 54 GB of a developer machine's disk).
 func TestDemoLeavesNoReplicationSlot(t *testing.T) {
-	url, pool := teststack.FreshDatabase(t)
-	driver := teststack.Neo4j(t)
+	url, pool := stacktest.FreshDatabase(t)
+	driver := stacktest.Neo4j(t)
 	ctx := context.Background()
 	t.Cleanup(func() {
 		rows, err := pool.Query(ctx, `SELECT id FROM tenants`)
@@ -109,11 +109,11 @@ func TestDemoLeavesNoReplicationSlot(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		teststack.CleanGraph(t, driver, ids...)
+		stacktest.CleanGraph(t, driver, ids...)
 	})
 	code := run([]string{"demo", "--wake", "stream", "--tenants", "1", "--products", "3", "--customers", "2", "--orders", "4",
 		"--question", "", "--http-addr=", "--retention-every", "0", "--log-level", "error",
-		"--pg-url", url, "--neo4j-uri", teststack.Neo4jURI(t)})
+		"--pg-url", url, "--neo4j-uri", stacktest.Neo4jURI(t)})
 	if code != 0 {
 		t.Fatalf("graphsync demo exited %d", code)
 	}
@@ -138,7 +138,7 @@ func TestDemoLeavesNoReplicationSlot(t *testing.T) {
 // Neo4j is unreachable here, so the sync cannot catch up and is running
 // (with its slot) when the interrupt comes.
 func TestInterruptedDemoLeavesNoReplicationSlot(t *testing.T) {
-	url, pool := teststack.FreshDatabase(t)
+	url, pool := stacktest.FreshDatabase(t)
 	ctx := context.Background()
 	// While the test listens too, an interrupt never kills the test binary.
 	caught := make(chan os.Signal, 1)
@@ -193,8 +193,8 @@ func TestInterruptedDemoLeavesNoReplicationSlot(t *testing.T) {
 // answers it, answered by hybrid retrieval over the vectors sync's
 // embedding stage wrote: the first entity of the last context is a tent.
 func TestDemoEndsWithAnAnswerByMeaning(t *testing.T) {
-	url, pool := teststack.FreshDatabase(t)
-	driver := teststack.Neo4j(t)
+	url, pool := stacktest.FreshDatabase(t)
+	driver := stacktest.Neo4j(t)
 	ctx := context.Background()
 	t.Cleanup(func() {
 		rows, err := pool.Query(ctx, `SELECT id FROM tenants`)
@@ -207,10 +207,10 @@ func TestDemoEndsWithAnAnswerByMeaning(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		teststack.CleanGraph(t, driver, ids...)
+		stacktest.CleanGraph(t, driver, ids...)
 	})
 	code, out := runCapturingStdout(t, []string{"demo", "--wake", "poll", "--question", "", "--http-addr=", "--retention-every", "0",
-		"--log-level", "error", "--pg-url", url, "--neo4j-uri", teststack.Neo4jURI(t)})
+		"--log-level", "error", "--pg-url", url, "--neo4j-uri", stacktest.Neo4jURI(t)})
 	if code != 0 {
 		t.Fatalf("graphsync demo exited %d:\n%s", code, out)
 	}

@@ -18,7 +18,7 @@ import (
 	"graphsync/drift"
 	"graphsync/embed"
 	"graphsync/embed/stage"
-	"graphsync/internal/redact"
+	"graphsync/redact"
 )
 
 // runDrift is `graphsync drift`: exit 0 when drift <= --threshold, 1 when

@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap/zaptest"
 
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 	"graphsync/projector"
 )
 
@@ -28,8 +28,8 @@ import (
 // an integer drift_total; bad calls and unreachable servers exit 2.
 func TestDriftCommand(t *testing.T) {
 	ctx := context.Background()
-	pgURL, pool := teststack.FreshDatabase(t)
-	driver := teststack.Neo4j(t)
+	pgURL, pool := stacktest.FreshDatabase(t)
+	driver := stacktest.Neo4j(t)
 	if err := projector.EnsureSchema(ctx, driver); err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestDriftCommand(t *testing.T) {
 	if err := pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('drift') RETURNING id`).Scan(&tenant); err != nil {
 		t.Fatal(err)
 	}
-	conn := []string{"--pg-url", pgURL, "--neo4j-uri", teststack.Neo4jURI(t), "--log-level", "error"}
+	conn := []string{"--pg-url", pgURL, "--neo4j-uri", stacktest.Neo4jURI(t), "--log-level", "error"}
 	out := filepath.Join(t.TempDir(), "report.json")
 	if code := run(append([]string{"drift", "--tenant", itoa(tenant), "--format", "json", "--out", out, "--recheck-after", "0s"}, conn...)); code != 0 {
 		t.Fatalf("drift on a clean tenant exited %d", code)
@@ -68,7 +68,7 @@ func TestDriftCommand(t *testing.T) {
 		"zero sample":          append([]string{"drift", "--tenant", itoa(tenant), "--sample", "0"}, conn...),
 		"NaN sample":           append([]string{"drift", "--tenant", itoa(tenant), "--sample", "NaN"}, conn...),
 		"unreachable neo4j":    {"drift", "--pg-url", pgURL, "--neo4j-uri", "bolt://127.0.0.1:1"},
-		"unreachable postgres": {"drift", "--pg-url", "postgres://graphsync:secret@127.0.0.1:1/x?sslmode=disable&connect_timeout=2", "--neo4j-uri", teststack.Neo4jURI(t)},
+		"unreachable postgres": {"drift", "--pg-url", "postgres://graphsync:secret@127.0.0.1:1/x?sslmode=disable&connect_timeout=2", "--neo4j-uri", stacktest.Neo4jURI(t)},
 	} {
 		code, stderr := runCapturingStderr(t, args)
 		if code != 2 {
@@ -131,13 +131,13 @@ func itoa(n int64) string {
 // label and kind, with the time of the check.
 func TestDriftWatchExportsGauges(t *testing.T) {
 	ctx := context.Background()
-	_, pool := teststack.FreshDatabase(t)
-	driver := teststack.Neo4j(t)
+	_, pool := stacktest.FreshDatabase(t)
+	driver := stacktest.Neo4j(t)
 	var tenant int64
 	if err := pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('watched') RETURNING id`).Scan(&tenant); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { teststack.CleanGraph(t, driver, tenant) })
+	t.Cleanup(func() { stacktest.CleanGraph(t, driver, tenant) })
 	if _, err := neo4j.ExecuteQuery(ctx, driver, `CREATE (:Product {tenant_id: $t, id: $t, name: 'nobody wrote me'})`,
 		map[string]any{"t": tenant}, neo4j.EagerResultTransformer); err != nil {
 		t.Fatal(err)
@@ -167,15 +167,15 @@ func TestDriftWatchExportsGauges(t *testing.T) {
 func plantOrphan(t *testing.T) (pgURL string, pool *pgxpool.Pool, tenant int64, orphans func() int64) {
 	t.Helper()
 	ctx := context.Background()
-	pgURL, pool = teststack.FreshDatabase(t)
-	driver := teststack.Neo4j(t)
+	pgURL, pool = stacktest.FreshDatabase(t)
+	driver := stacktest.Neo4j(t)
 	if err := projector.EnsureSchema(ctx, driver); err != nil {
 		t.Fatal(err)
 	}
 	if err := pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('orphaned') RETURNING id`).Scan(&tenant); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { teststack.CleanGraph(t, driver, tenant) })
+	t.Cleanup(func() { stacktest.CleanGraph(t, driver, tenant) })
 	if _, err := neo4j.ExecuteQuery(ctx, driver, `CREATE (:Product {tenant_id: $t, id: $t, name: 'nobody wrote me'})`,
 		map[string]any{"t": tenant}, neo4j.EagerResultTransformer); err != nil {
 		t.Fatal(err)
@@ -201,7 +201,7 @@ func nodesOf(t *testing.T, driver neo4j.DriverWithContext, label string, tenant 
 // and one that existed keeps its text.
 func TestDriftOutIsOpenedBeforeTheRepair(t *testing.T) {
 	pgURL, _, tenant, orphans := plantOrphan(t)
-	conn := []string{"--pg-url", pgURL, "--neo4j-uri", teststack.Neo4jURI(t), "--log-level", "error", "--recheck-after", "0s"}
+	conn := []string{"--pg-url", pgURL, "--neo4j-uri", stacktest.Neo4jURI(t), "--log-level", "error", "--recheck-after", "0s"}
 	dir := t.TempDir()
 	unwritable := filepath.Join(dir, "no such folder", "report.md")
 	code, stderr := runCapturingStderr(t, append([]string{"drift", "--tenant", itoa(tenant), "--repair", "--out", unwritable}, conn...))
@@ -277,7 +277,7 @@ func TestDriftStopsOnSignal(t *testing.T) {
 		q.Set("application_name", app)
 		u.RawQuery = q.Encode()
 		args := []string{"drift", "--tenant", itoa(tenant), "--recheck-after", "60s", "--log-level", "error",
-			"--pg-url", u.String(), "--neo4j-uri", teststack.Neo4jURI(t)}
+			"--pg-url", u.String(), "--neo4j-uri", stacktest.Neo4jURI(t)}
 		if c.repair {
 			args = append(args, "--repair")
 		}
@@ -314,7 +314,7 @@ func TestDriftStopsOnSignal(t *testing.T) {
 func TestDriftRepairStoppedPartWayWritesItsReport(t *testing.T) {
 	ctx := context.Background()
 	pgURL, _, tenant, orphanProducts := plantOrphan(t)
-	driver := teststack.Neo4j(t)
+	driver := stacktest.Neo4j(t)
 	if _, err := neo4j.ExecuteQuery(ctx, driver, `CREATE (:Order {tenant_id: $t, id: $t})`,
 		map[string]any{"t": tenant}, neo4j.EagerResultTransformer); err != nil {
 		t.Fatal(err)
@@ -337,7 +337,7 @@ func TestDriftRepairStoppedPartWayWritesItsReport(t *testing.T) {
 
 	out := filepath.Join(t.TempDir(), "report.md")
 	child := startMain(t, []string{"drift", "--tenant", itoa(tenant), "--repair", "--out", out, "--recheck-after", "0s",
-		"--log-level", "error", "--pg-url", pgURL, "--neo4j-uri", teststack.Neo4jURI(t)})
+		"--log-level", "error", "--pg-url", pgURL, "--neo4j-uri", stacktest.Neo4jURI(t)})
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		res, err := neo4j.ExecuteQuery(ctx, driver, `SHOW TRANSACTIONS YIELD status, currentQuery

@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"graphsync/drift"
-	"graphsync/internal/redact"
+	"graphsync/redact"
 )
 
 // driftWatch runs a sampled drift check every interval inside sync and

@@ -10,14 +10,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 )
 
 // migrate on a database that already has a table its migrations create
 // (an outbox made from the platform's DDL) fails saying so, and names the
 // migrations it applied before it.
 func TestMigrateNamesWhatItAppliedBeforeAnExistingTable(t *testing.T) {
-	admin := teststack.PostgresURL(t)
+	admin := stacktest.PostgresURL(t)
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 	"graphsync/projector"
 	"graphsync/relay"
 )
@@ -29,8 +29,8 @@ import (
 // driver's error text.
 func TestReadinessNamesABrokenSink(t *testing.T) {
 	ctx := context.Background()
-	_, pool := teststack.FreshDatabase(t)
-	driver := teststack.Neo4j(t)
+	_, pool := stacktest.FreshDatabase(t)
+	driver := stacktest.Neo4j(t)
 	sink, err := projector.New(driver, projector.Config{Database: "nosuchdatabase"}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +84,7 @@ func TestReadinessNamesABrokenSink(t *testing.T) {
 	if status, body := get("/readyz"); status != http.StatusServiceUnavailable || !strings.Contains(body, "sink broken") ||
 		!strings.Contains(body, "Neo.ClientError.Database") {
 		t.Errorf("/readyz = %d %q, want 503 naming the broken sink", status, body)
-	} else if uri := teststack.Neo4jURI(t); strings.Contains(body, uri) || strings.Contains(body, "127.0.0.1") {
+	} else if uri := stacktest.Neo4jURI(t); strings.Contains(body, uri) || strings.Contains(body, "127.0.0.1") {
 		t.Errorf("/readyz leaks the Neo4j address: %q", body)
 	} else if strings.Contains(body, "nosuchdatabase") {
 		t.Errorf("/readyz echoes Neo4j's message, not only its code: %q", body)
@@ -134,8 +134,8 @@ func TestReadinessNamesABrokenSink(t *testing.T) {
 // operator of a rolling upgrade learns which binary to run.
 func TestReadinessNamesASchemaNewerThanTheBinary(t *testing.T) {
 	ctx := context.Background()
-	_, pool := teststack.FreshDatabase(t)
-	ready := readiness{pool: pool, driver: teststack.Neo4j(t), cfg: relay.Config{Wake: relay.WakePoll}}
+	_, pool := stacktest.FreshDatabase(t)
+	ready := readiness{pool: pool, driver: stacktest.Neo4j(t), cfg: relay.Config{Wake: relay.WakePoll}}
 	if problems := ready.check(ctx); len(problems) != 0 {
 		t.Fatalf("readiness of a migrated database = %q, want none", problems)
 	}

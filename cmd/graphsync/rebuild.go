@@ -21,9 +21,9 @@ import (
 	"graphsync/embed"
 	"graphsync/embed/stage"
 	"graphsync/events"
-	"graphsync/internal/redact"
 	"graphsync/projector"
 	"graphsync/rebuild"
+	"graphsync/redact"
 )
 
 // runRebuild is `graphsync rebuild`: the graph, or one tenant, from

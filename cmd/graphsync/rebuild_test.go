@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 	"graphsync/workload"
 )
 
@@ -21,17 +21,17 @@ import (
 // same scope is refused (exit 2); without a terminal it logs its progress.
 func TestRebuildResumesAfterSIGKILL(t *testing.T) {
 	ctx := context.Background()
-	pgURL, pool := teststack.FreshDatabase(t)
-	driver := teststack.Neo4j(t)
+	pgURL, pool := stacktest.FreshDatabase(t)
+	driver := stacktest.Neo4j(t)
 	report, err := workload.Run(ctx, pool, workload.Config{Seed: 19, Tenants: 1, Orders: 400, Writers: 2,
 		ProductsPerTenant: 60, CustomersPerTenant: 200}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	tenant := report.TenantIDs[0]
-	t.Cleanup(func() { teststack.CleanGraph(t, driver, tenant) })
+	t.Cleanup(func() { stacktest.CleanGraph(t, driver, tenant) })
 	args := []string{"rebuild", "--tenant", itoa(tenant), "--source", "snapshot", "--chunk-size", "5", "--progress", "log",
-		"--recheck-after", "0s", "--pg-url", pgURL, "--neo4j-uri", teststack.Neo4jURI(t)}
+		"--recheck-after", "0s", "--pg-url", pgURL, "--neo4j-uri", stacktest.Neo4jURI(t)}
 	checkpoint := func() (chunks, done int64, finished bool) {
 		t.Helper()
 		err := pool.QueryRow(ctx, `SELECT chunks, done, finished_at IS NOT NULL FROM rebuild_checkpoints WHERE scope_tenant_id = $1`,
@@ -134,14 +134,14 @@ func startMain(t *testing.T, args []string) *exec.Cmd {
 // would refuse, and a rebuild given the same value replays them.
 func TestRebuildReplaysWithTheGivenLimits(t *testing.T) {
 	ctx := context.Background()
-	pgURL, pool := teststack.FreshDatabase(t)
-	driver := teststack.Neo4j(t)
+	pgURL, pool := stacktest.FreshDatabase(t)
+	driver := stacktest.Neo4j(t)
 	report, err := workload.Run(ctx, pool, workload.Config{Seed: 23, Tenants: 1, Orders: 12, Writers: 1, DeleteEvery: -1}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	tenant := report.TenantIDs[0]
-	t.Cleanup(func() { teststack.CleanGraph(t, driver, tenant) })
+	t.Cleanup(func() { stacktest.CleanGraph(t, driver, tenant) })
 	var most int
 	if err := pool.QueryRow(ctx, `SELECT max(n) FROM (SELECT count(*) AS n FROM order_lines WHERE tenant_id = $1 GROUP BY order_id) c`,
 		tenant).Scan(&most); err != nil || most < 2 {
@@ -151,7 +151,7 @@ func TestRebuildReplaysWithTheGivenLimits(t *testing.T) {
 	rebuildWith := func(extra ...string) string {
 		t.Helper()
 		args := append([]string{"rebuild", "--tenant", itoa(tenant), "--source", "replay", "--progress", "log", "--recheck-after", "0s",
-			"--pg-url", pgURL, "--neo4j-uri", teststack.Neo4jURI(t), "--log-level", "error"}, extra...)
+			"--pg-url", pgURL, "--neo4j-uri", stacktest.Neo4jURI(t), "--log-level", "error"}, extra...)
 		code, out := runCapturingStdout(t, args)
 		if code != 0 {
 			t.Fatalf("rebuild %v: exit %d\n%s", extra, code, out)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 )
 
 // A role that row-level security keeps from every tenant's rows (the
@@ -19,7 +19,7 @@ import (
 // same role granted graphsync_relay is served.
 func TestCommandsRefuseARoleThatCannotSeeEveryTenant(t *testing.T) {
 	ctx := context.Background()
-	pgURL, pool := teststack.FreshDatabase(t)
+	pgURL, pool := stacktest.FreshDatabase(t)
 	var tenant int64
 	if err := pool.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('rls') RETURNING id`).Scan(&tenant); err != nil {
 		t.Fatal(err)
@@ -52,7 +52,7 @@ func TestCommandsRefuseARoleThatCannotSeeEveryTenant(t *testing.T) {
 	}
 	u.User = url.User(role)
 	roleURL := u.String()
-	neo4jURI := teststack.Neo4jURI(t)
+	neo4jURI := stacktest.Neo4jURI(t)
 
 	for name, args := range map[string][]string{
 		// --until-caught-up: without the check, sync finds nothing pending

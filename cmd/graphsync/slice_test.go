@@ -10,9 +10,9 @@ import (
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
 	"graphsync/events"
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
+	"graphsync/outbox"
 	"graphsync/projector"
-	"graphsync/relay"
 )
 
 // The first vertical slice: in one PostgreSQL transaction, update an order
@@ -20,8 +20,8 @@ import (
 // the real driver, and read the node back.
 func TestVerticalSlice(t *testing.T) {
 	ctx := context.Background()
-	_, pool := teststack.FreshDatabase(t)
-	driver := teststack.Neo4j(t)
+	_, pool := stacktest.FreshDatabase(t)
+	driver := stacktest.Neo4j(t)
 	if err := projector.EnsureSchema(ctx, driver); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestVerticalSlice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { teststack.CleanGraph(t, driver, tenant) })
+	t.Cleanup(func() { stacktest.CleanGraph(t, driver, tenant) })
 
 	// The business change and its event, in one transaction, as the seed shows.
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -87,8 +87,8 @@ func TestVerticalSlice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (relay.Message, error) {
-		var m relay.Message
+	batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (outbox.Message, error) {
+		var m outbox.Message
 		var payload []byte
 		err := r.Scan(&m.ID, &m.TenantID, &m.AggregateType, &m.AggregateID, &m.EventType, &m.EventVersion, &payload, &m.OccurredAt, &m.TraceID)
 		m.Payload = json.RawMessage(payload)

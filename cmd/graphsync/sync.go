@@ -23,8 +23,8 @@ import (
 	"graphsync/embed"
 	"graphsync/embed/stage"
 	"graphsync/events"
-	"graphsync/internal/redact"
 	"graphsync/projector"
+	"graphsync/redact"
 	"graphsync/relay"
 	gsql "graphsync/sql"
 )
@@ -458,7 +458,7 @@ func warmUp(ctx context.Context, sink *projector.Projector, log *zap.Logger) {
 	defer cancel()
 	start := time.Now()
 	if err := sink.WarmUp(ctx); err != nil {
-		log.Warn("Neo4j did not plan the statements ahead; the first batches will", zap.String("error", relay.RedactText(err.Error())))
+		log.Warn("Neo4j did not plan the statements ahead; the first batches will", zap.String("error", redact.ErrorText(err.Error())))
 		return
 	}
 	log.Info("Neo4j planned the projector's statements", zap.Duration("took", time.Since(start)))

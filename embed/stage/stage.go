@@ -13,7 +13,7 @@ import (
 	"graphsync/cypher"
 	"graphsync/embed"
 	"graphsync/graphmodel"
-	"graphsync/internal/redact"
+	"graphsync/redact"
 )
 
 // Config tunes a Stage. The zero value is ready to use.

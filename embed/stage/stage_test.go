@@ -2,8 +2,8 @@ package stage_test
 
 import (
 	"context"
-	"fmt"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -17,9 +17,9 @@ import (
 	"graphsync/embed/stage"
 	"graphsync/events"
 	"graphsync/graphmodel"
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
+	"graphsync/outbox"
 	"graphsync/projector"
-	"graphsync/relay"
 )
 
 // world is one test's tenant in the shared Neo4j, its fresh PostgreSQL
@@ -40,12 +40,12 @@ func newWorld(t *testing.T) *world {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	w := &world{t: t, ctx: ctx, tenant: 1_000_000 + rand.Int64N(1_000_000_000), emb: testEmbedder(t)}
-	_, w.pool = teststack.FreshDatabase(t)
-	w.driver = teststack.Neo4j(t)
+	_, w.pool = stacktest.FreshDatabase(t)
+	w.driver = stacktest.Neo4j(t)
 	if err := projector.EnsureSchema(ctx, w.driver); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { teststack.CleanGraph(t, w.driver, w.tenant) })
+	t.Cleanup(func() { stacktest.CleanGraph(t, w.driver, w.tenant) })
 	sink, err := projector.New(w.driver, projector.Config{EmbeddingModel: w.emb.Model()}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -68,14 +68,14 @@ func (w *world) stage(cfg stage.Config) *stage.Stage {
 // deliver applies events through the projector, as sync does.
 func (w *world) deliver(evs ...events.Event) {
 	w.t.Helper()
-	batch := make([]relay.Message, len(evs))
+	batch := make([]outbox.Message, len(evs))
 	for i, ev := range evs {
 		payload, err := json.Marshal(ev)
 		if err != nil {
 			w.t.Fatal(err)
 		}
 		w.outboxID++
-		batch[i] = relay.Message{ID: w.outboxID, TenantID: w.tenant, AggregateType: ev.AggregateType(), AggregateID: ev.AggregateID(),
+		batch[i] = outbox.Message{ID: w.outboxID, TenantID: w.tenant, AggregateType: ev.AggregateType(), AggregateID: ev.AggregateID(),
 			EventType: ev.EventType(), EventVersion: ev.EventVersion(), Payload: payload, OccurredAt: time.Now(), Attempts: 1}
 	}
 	rejected, err := w.sink.Deliver(w.ctx, batch)
@@ -258,7 +258,7 @@ func TestRebuildIntoEmptyGraphEmbedsNothingEmbeddedBefore(t *testing.T) {
 	if r := drain(t, s, w.ctx); r.Embedded != 10 {
 		t.Fatalf("first drain: %+v, want 10 embedded", r)
 	}
-	teststack.CleanGraph(t, w.driver, w.tenant)
+	stacktest.CleanGraph(t, w.driver, w.tenant)
 	w.deliver(evs...) // outbox ids differ; the graph is empty, so all apply
 	before := w.emb.texts.Load()
 	r := drain(t, s, w.ctx)

@@ -11,7 +11,7 @@ import (
 
 	"graphsync/embed"
 	"graphsync/graphmodel"
-	"graphsync/internal/redact"
+	"graphsync/redact"
 )
 
 // readBacklog sets the pending and oldest-pending gauges.

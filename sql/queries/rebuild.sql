@@ -1,4 +1,4 @@
--- Reads and writes of `graphsync rebuild` (rebuild/, drift/rebuild.go,
+-- Reads and writes of `graphsync rebuild` (rebuild/, drift/reproject.go,
 -- docs/adr/0011). Every value is a parameter.
 
 -- name: RebuildOutboxLastID

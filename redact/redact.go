@@ -13,6 +13,7 @@ package redact
 import (
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Mask is what a password is replaced with.
@@ -23,6 +24,24 @@ const Mask = "xxxxx"
 // password: value), with the rest of the text left as it was.
 func Text(s string) string {
 	return replace(s, secrets(s))
+}
+
+// ErrorText hides credentials in a driver's error text and bounds it, for
+// logs and reports.
+func ErrorText(s string) string { return Clip(Text(s), 2048) }
+
+// Clip bounds a text for logs and error columns: producers may put anything
+// in a trace id or an event type, and a megabyte of it in every log line
+// helps nobody.
+func Clip(s string, maxBytes int) string {
+	if len(s) <= maxBytes {
+		return s
+	}
+	cut := maxBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…(truncated)"
 }
 
 // URL hides the password of one connection string: a URL (any scheme,

@@ -1,4 +1,4 @@
-package teststack
+package stacktest
 
 import (
 	"bufio"
@@ -42,7 +42,7 @@ func RepoRoot(t testing.TB) string {
 	t.Helper()
 	root, err := repoRoot()
 	if err != nil {
-		t.Fatalf("teststack: %v", err)
+		t.Fatalf("stacktest: %v", err)
 	}
 	return root
 }
@@ -156,10 +156,10 @@ func requireEnv(t testing.TB, name string) string {
 	t.Helper()
 	value, _, err := lookupEnv(name)
 	if err != nil {
-		t.Fatalf("teststack: %v", err)
+		t.Fatalf("stacktest: %v", err)
 	}
 	if value == "" {
-		t.Fatalf("teststack: %s is not set (environment or %s): %s", name, servicesEnvFile, startHint)
+		t.Fatalf("stacktest: %s is not set (environment or %s): %s", name, servicesEnvFile, startHint)
 	}
 	return value
 }

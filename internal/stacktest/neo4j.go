@@ -1,4 +1,4 @@
-package teststack
+package stacktest
 
 import (
 	"context"
@@ -25,14 +25,14 @@ func neo4jAuth(t testing.TB) neo4j.AuthToken {
 	t.Helper()
 	user, _, err := lookupEnv(EnvNeo4jUser)
 	if err != nil {
-		t.Fatalf("teststack: %v", err)
+		t.Fatalf("stacktest: %v", err)
 	}
 	if user == "" {
 		return neo4j.NoAuth()
 	}
 	password, _, err := lookupEnv(EnvNeo4jPassword)
 	if err != nil {
-		t.Fatalf("teststack: %v", err)
+		t.Fatalf("stacktest: %v", err)
 	}
 	return neo4j.BasicAuth(user, password, "")
 }
@@ -44,13 +44,13 @@ func Neo4j(t testing.TB) neo4j.DriverWithContext {
 	uri := Neo4jURI(t)
 	driver, err := neo4j.NewDriverWithContext(uri, neo4jAuth(t))
 	if err != nil {
-		t.Fatalf("teststack: Neo4j driver for %s: %v", Redact(uri), err)
+		t.Fatalf("stacktest: Neo4j driver for %s: %v", Redact(uri), err)
 	}
 	t.Cleanup(func() { driver.Close(context.Background()) })
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
 	if err := driver.VerifyConnectivity(ctx); err != nil {
-		t.Fatalf("teststack: Neo4j at %s is not reachable: %v; %s", Redact(uri), err, startHint)
+		t.Fatalf("stacktest: Neo4j at %s is not reachable: %v; %s", Redact(uri), err, startHint)
 	}
 	return driver
 }
@@ -73,11 +73,11 @@ func CleanGraph(t testing.TB, driver neo4j.DriverWithContext, tenantIDs ...int64
 			map[string]any{"tenantIDs": tenantIDs, "batchSize": cleanGraphBatchSize},
 			neo4j.EagerResultTransformer)
 		if err != nil {
-			t.Fatalf("teststack: clean graph of tenants %v: %v", tenantIDs, err)
+			t.Fatalf("stacktest: clean graph of tenants %v: %v", tenantIDs, err)
 		}
 		deleted, _, err := neo4j.GetRecordValue[int64](result.Records[0], "deleted")
 		if err != nil {
-			t.Fatalf("teststack: clean graph of tenants %v: %v", tenantIDs, err)
+			t.Fatalf("stacktest: clean graph of tenants %v: %v", tenantIDs, err)
 		}
 		if deleted < cleanGraphBatchSize {
 			return

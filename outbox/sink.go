@@ -1,4 +1,4 @@
-package relay
+package outbox
 
 import (
 	"context"
@@ -78,7 +78,7 @@ type Message struct {
 // messages of the same aggregate in that batch: it rejects them with an
 // error wrapping ErrHeldBack. The claim then keeps them behind the failing
 // one until it succeeds or is dead-lettered (block-on-error).
-// sinktest.Run (package relay/sinktest) checks a Sink keeps these rules.
+// sinktest.Run (package outbox/sinktest) checks a Sink keeps these rules.
 type Sink interface {
 	Deliver(ctx context.Context, batch []Message) (rejected map[int64]error, err error)
 }

@@ -1,7 +1,7 @@
-// Package benchdata fills PostgreSQL with the business rows (and, on
+// Package benchdatatest fills PostgreSQL with the business rows (and, on
 // request, the processed outbox history) of a graph of a given size, for the
 // drift and rebuild benchmarks, and removes such a graph from Neo4j.
-package benchdata
+package benchdatatest
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 )
 
 // Shape is a data set: ten tenants, per tenant 12 categories and products,
@@ -67,7 +67,7 @@ type Options struct {
 // Fill writes the shape's rows.
 func Fill(ctx context.Context, pool *pgxpool.Pool, s Shape, o Options) error {
 	if o.MixedStatuses && o.Events {
-		return fmt.Errorf("benchdata: events imply placed orders only")
+		return fmt.Errorf("benchdatatest: events imply placed orders only")
 	}
 	statuses := "ARRAY['placed']"
 	if o.MixedStatuses {
@@ -134,7 +134,7 @@ func Fill(ctx context.Context, pool *pgxpool.Pool, s Shape, o Options) error {
 	}{`ANALYZE`, nil})
 	for _, stmt := range stmts {
 		if _, err := pool.Exec(ctx, stmt.sql, stmt.args...); err != nil {
-			return fmt.Errorf("benchdata: %w\n%s", err, stmt.sql)
+			return fmt.Errorf("benchdatatest: %w\n%s", err, stmt.sql)
 		}
 	}
 	return nil
@@ -151,7 +151,7 @@ func Wipe(ctx context.Context, driver neo4j.DriverWithContext, tenants []int64) 
 			_, err = result.Consume(ctx)
 		}
 		if err != nil {
-			return fmt.Errorf("benchdata: wipe the graph: %w", err)
+			return fmt.Errorf("benchdatatest: wipe the graph: %w", err)
 		}
 	}
 	return nil
@@ -163,7 +163,7 @@ func Binary(b *testing.B) string {
 	b.Helper()
 	binary := filepath.Join(b.TempDir(), "graphsync")
 	build := exec.Command("go", "build", "-o", binary, "./cmd/graphsync")
-	build.Dir = teststack.RepoRoot(b)
+	build.Dir = stacktest.RepoRoot(b)
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("build graphsync: %v\n%s", err, out)
 	}
@@ -230,21 +230,21 @@ func Heap(ctx context.Context, driver neo4j.DriverWithContext) (initial, largest
 			"RETURN attributes.HeapMemoryUsage.value.properties.init AS initial, attributes.HeapMemoryUsage.value.properties.max AS largest",
 		nil, neo4j.EagerResultTransformer)
 	if err != nil {
-		return 0, 0, fmt.Errorf("benchdata: read Neo4j's heap size: %w", err)
+		return 0, 0, fmt.Errorf("benchdatatest: read Neo4j's heap size: %w", err)
 	}
 	if len(res.Records) != 1 {
-		return 0, 0, fmt.Errorf("benchdata: Neo4j reports no heap size")
+		return 0, 0, fmt.Errorf("benchdatatest: Neo4j reports no heap size")
 	}
 	initial, initialNil, err := neo4j.GetRecordValue[int64](res.Records[0], "initial")
 	if err != nil {
-		return 0, 0, fmt.Errorf("benchdata: Neo4j's initial heap size: %w", err)
+		return 0, 0, fmt.Errorf("benchdatatest: Neo4j's initial heap size: %w", err)
 	}
 	largest, largestNil, err := neo4j.GetRecordValue[int64](res.Records[0], "largest")
 	if err != nil {
-		return 0, 0, fmt.Errorf("benchdata: Neo4j's largest heap size: %w", err)
+		return 0, 0, fmt.Errorf("benchdatatest: Neo4j's largest heap size: %w", err)
 	}
 	if initialNil || largestNil {
-		return 0, 0, fmt.Errorf("benchdata: Neo4j reports no heap size")
+		return 0, 0, fmt.Errorf("benchdatatest: Neo4j reports no heap size")
 	}
 	return initial, largest, nil
 }
@@ -258,10 +258,10 @@ func PageCache(ctx context.Context, driver neo4j.DriverWithContext) (string, err
 	res, err := neo4j.ExecuteQuery(ctx, driver, "SHOW SETTINGS YIELD name, value WHERE name = 'server.memory.pagecache.size' RETURN value",
 		nil, neo4j.EagerResultTransformer)
 	if err != nil {
-		return "", fmt.Errorf("benchdata: read Neo4j's page cache size: %w", err)
+		return "", fmt.Errorf("benchdatatest: read Neo4j's page cache size: %w", err)
 	}
 	if len(res.Records) != 1 {
-		return "", fmt.Errorf("benchdata: Neo4j reports no page cache size")
+		return "", fmt.Errorf("benchdatatest: Neo4j reports no page cache size")
 	}
 	value, _, err := neo4j.GetRecordValue[string](res.Records[0], "value")
 	return value, err

@@ -1,4 +1,4 @@
-package teststack
+package stacktest
 
 import (
 	"context"

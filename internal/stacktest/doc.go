@@ -1,4 +1,4 @@
-// Package teststack connects tests to the real PostgreSQL and Neo4j that
+// Package stacktest connects tests to the real PostgreSQL and Neo4j that
 // `make services-up` (scripts/services.sh) starts: a fresh migrated database
 // per test, a Neo4j driver, graph cleanup by tenant, and the outage controls
 // (stop and start Neo4j, restart PostgreSQL) the e2e tests use.
@@ -9,4 +9,4 @@
 // fails the test with a message naming the (redacted) URL: it never skips.
 //
 // It must not be imported by non-test code, and it never mocks a database.
-package teststack
+package stacktest

@@ -1,6 +1,6 @@
-// Package synctest runs graphsync's sync (relay + projector) inside a test,
-// against the real services teststack reaches.
-package synctest
+// Package pipelinetest runs graphsync's sync (relay + projector) inside a test,
+// against the real services stacktest reaches.
+package pipelinetest
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 	"go.uber.org/zap/zaptest"
 
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
 	"graphsync/projector"
 	"graphsync/relay"
 	"graphsync/workload"
@@ -28,8 +28,8 @@ var (
 // constraints and indexes in place.
 func Stack(t *testing.T) (*pgxpool.Pool, neo4j.DriverWithContext) {
 	t.Helper()
-	_, pool := teststack.FreshDatabase(t)
-	driver := teststack.Neo4j(t)
+	_, pool := stacktest.FreshDatabase(t)
+	driver := stacktest.Neo4j(t)
 	schemaOnce.Do(func() { schemaErr = projector.EnsureSchema(context.Background(), driver) })
 	if schemaErr != nil {
 		t.Fatal(schemaErr)

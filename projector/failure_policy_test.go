@@ -15,7 +15,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"graphsync/events"
-	"graphsync/internal/teststack"
+	"graphsync/internal/stacktest"
+	"graphsync/outbox"
 	"graphsync/relay"
 )
 
@@ -36,7 +37,7 @@ type syncRig struct {
 func newSyncRig(t *testing.T) *syncRig {
 	t.Helper()
 	_, driver := liveProjector(t) // the schema in place
-	_, pool := teststack.FreshDatabase(t)
+	_, pool := stacktest.FreshDatabase(t)
 	r := &syncRig{t: t, pool: pool, driver: driver, ids: newIDs(t, driver), metrics: relay.NewMetrics()}
 	if _, err := pool.Exec(context.Background(), `INSERT INTO tenants (id, name) VALUES ($1, 'issue 12')`, r.ids.tenant); err != nil {
 		t.Fatal(err)
@@ -46,7 +47,7 @@ func newSyncRig(t *testing.T) *syncRig {
 
 // insert writes the messages' columns as outbox rows in one transaction, as
 // a plain-SQL producer would, and returns their outbox ids.
-func (r *syncRig) insert(msgs ...relay.Message) []int64 {
+func (r *syncRig) insert(msgs ...outbox.Message) []int64 {
 	r.t.Helper()
 	var out []int64
 	err := pgx.BeginFunc(context.Background(), r.pool, func(tx pgx.Tx) error {
@@ -70,7 +71,7 @@ func (r *syncRig) insert(msgs ...relay.Message) []int64 {
 
 // start runs a relay (poll mode, short intervals) delivering to sink until
 // the test ends.
-func (r *syncRig) start(sink relay.Sink, cfg relay.Config) {
+func (r *syncRig) start(sink outbox.Sink, cfg relay.Config) {
 	r.t.Helper()
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 50 * time.Millisecond
@@ -171,7 +172,7 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 	}
 }
 
-func (r *syncRig) productEvent(n, version int64, name string) relay.Message {
+func (r *syncRig) productEvent(n, version int64, name string) outbox.Message {
 	st := product(r.ids.id(n), version, name, 0, "", 100*version, "active")
 	if version == 1 {
 		return r.ids.message(r.t, events.ProductCreated{ProductState: st})
@@ -272,7 +273,7 @@ func TestIssue12TimedOutEventReachesDLQWhileOthersFlow(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var msgs []relay.Message
+	var msgs []outbox.Message
 	stuck := -1
 	for i := range 24 {
 		agg := int64(10 + i%8)

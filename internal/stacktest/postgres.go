@@ -1,4 +1,4 @@
-package teststack
+package stacktest
 
 import (
 	"context"
@@ -56,7 +56,7 @@ func PostgresURL(t testing.TB) string {
 	defer cancel()
 	conn, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
-		t.Fatalf("teststack: PostgreSQL at %s is not reachable: %v; %s", Redact(adminURL), err, startHint)
+		t.Fatalf("stacktest: PostgreSQL at %s is not reachable: %v; %s", Redact(adminURL), err, startHint)
 	}
 	conn.Close(ctx)
 	return adminURL
@@ -76,40 +76,40 @@ func FreshDatabase(t testing.TB) (string, *pgxpool.Pool) {
 
 	template, err := ensureTemplate(ctx, adminURL)
 	if err != nil {
-		t.Fatalf("teststack: prepare migrated template database on %s: %v", Redact(adminURL), err)
+		t.Fatalf("stacktest: prepare migrated template database on %s: %v", Redact(adminURL), err)
 	}
 	name := testDatabaseName(t.Name())
 	if err := withMaintenanceConn(ctx, adminURL, func(conn *pgx.Conn) error {
 		_, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{template}.Sanitize())
 		return err
 	}); err != nil {
-		t.Fatalf("teststack: create database %s from %s on %s: %v", name, template, Redact(adminURL), err)
+		t.Fatalf("stacktest: create database %s from %s on %s: %v", name, template, Redact(adminURL), err)
 	}
 	keep := os.Getenv(EnvKeepDatabases) == "1"
 	t.Cleanup(func() {
 		if keep {
-			t.Logf("teststack: kept database %s (%s=1)", name, EnvKeepDatabases)
+			t.Logf("stacktest: kept database %s (%s=1)", name, EnvKeepDatabases)
 			return
 		}
 		dropCtx, dropCancel := context.WithTimeout(context.Background(), adminTimeout)
 		defer dropCancel()
 		if err := dropDatabase(dropCtx, adminURL, name); err != nil {
-			t.Errorf("teststack: drop test database %s: %v", name, err)
+			t.Errorf("stacktest: drop test database %s: %v", name, err)
 		}
 	})
 
 	dbURL, err := withDatabase(adminURL, name)
 	if err != nil {
-		t.Fatalf("teststack: %v", err)
+		t.Fatalf("stacktest: %v", err)
 	}
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
-		t.Fatalf("teststack: connect to test database %s: %v", Redact(dbURL), err)
+		t.Fatalf("stacktest: connect to test database %s: %v", Redact(dbURL), err)
 	}
 	t.Cleanup(pool.Close) // runs before the drop: cleanups run last-in first-out
 	tenantBase, err := rand.Int(rand.Reader, big.NewInt(tenantIDMax-tenantIDMin))
 	if err != nil {
-		t.Fatalf("teststack: random tenant id base: %v", err)
+		t.Fatalf("stacktest: random tenant id base: %v", err)
 	}
 	// Business ids are globally unique within one PostgreSQL database, and
 	// the projector relies on it (an id seen under another tenant is refused).
@@ -118,7 +118,7 @@ func FreshDatabase(t testing.TB) (string, *pgxpool.Pool) {
 	for _, table := range []string{"tenants", "customers", "categories", "products", "sales_orders"} {
 		restart := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN id RESTART WITH %d", table, tenantBase.Int64()+tenantIDMin)
 		if _, err := pool.Exec(ctx, restart); err != nil {
-			t.Fatalf("teststack: %s in %s: %v", restart, name, err)
+			t.Fatalf("stacktest: %s in %s: %v", restart, name, err)
 		}
 	}
 	return dbURL, pool
@@ -279,7 +279,7 @@ func withMaintenanceConn(ctx context.Context, adminURL string, fn func(*pgx.Conn
 func withDatabase(rawURL, name string) (string, error) {
 	parsed, err := url.Parse(rawURL)
 	if err != nil || (parsed.Scheme != "postgres" && parsed.Scheme != "postgresql") {
-		return "", errors.New("teststack: " + EnvPostgresURL + " must be a postgres:// URL")
+		return "", errors.New("stacktest: " + EnvPostgresURL + " must be a postgres:// URL")
 	}
 	parsed.Path = "/" + name
 	parsed.RawPath = ""

@@ -13,6 +13,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"graphsync/outbox"
 )
 
 // Tests for points of issue 12 ("Failure policy and the Sink contract") that
@@ -204,7 +206,7 @@ func TestIssue12FailedEventLoggedOnceWithBoundedText(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink := newRecordingSink()
-	sink.reject = func(m Message) error {
+	sink.reject = func(m outbox.Message) error {
 		return fmt.Errorf("refused: %s", strings.Repeat("e", 1<<20))
 	}
 	cfg := h.config("relay-log-once")
@@ -298,14 +300,14 @@ func TestIssue12PartlyAppliedBatch(t *testing.T) {
 	var mu sync.Mutex
 	calls := 0
 	applied := map[int64]int{}
-	sink := SinkFunc(func(ctx context.Context, batch []Message) (map[int64]error, error) {
+	sink := outbox.SinkFunc(func(ctx context.Context, batch []outbox.Message) (map[int64]error, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		calls++
 		rejected := map[int64]error{}
 		for i, m := range batch {
 			if calls == 1 && i >= len(batch)/2 {
-				rejected[m.ID] = fmt.Errorf("%w: %w: connection reset", ErrNotApplied, ErrSinkUnavailable)
+				rejected[m.ID] = fmt.Errorf("%w: %w: connection reset", outbox.ErrNotApplied, outbox.ErrSinkUnavailable)
 				continue
 			}
 			applied[m.ID]++
@@ -345,11 +347,11 @@ func TestPartlyAppliedBatchOfABrokenSinkReportsItBroken(t *testing.T) {
 	}
 	var broken atomic.Bool
 	broken.Store(true)
-	sink := SinkFunc(func(ctx context.Context, batch []Message) (map[int64]error, error) {
+	sink := outbox.SinkFunc(func(ctx context.Context, batch []outbox.Message) (map[int64]error, error) {
 		rejected := map[int64]error{}
 		for i, m := range batch {
 			if broken.Load() && i >= len(batch)/2 {
-				rejected[m.ID] = fmt.Errorf("%w: %w: Neo.ClientError.Security.Forbidden", ErrNotApplied, ErrSinkBroken)
+				rejected[m.ID] = fmt.Errorf("%w: %w: Neo.ClientError.Security.Forbidden", outbox.ErrNotApplied, outbox.ErrSinkBroken)
 			}
 		}
 		return rejected, nil
@@ -378,7 +380,7 @@ func TestPartlyAppliedBatchOfABrokenSinkReportsItBroken(t *testing.T) {
 func TestIssue12StreamKeepsConfirmingUnderSteadyWrites(t *testing.T) {
 	h := newHarness(t, WakeStream)
 	sink := newRecordingSink()
-	sink.hold = func(ctx context.Context, _ []Message) {
+	sink.hold = func(ctx context.Context, _ []outbox.Message) {
 		select { // a sink's write takes a while
 		case <-ctx.Done():
 		case <-time.After(20 * time.Millisecond):

@@ -1,4 +1,4 @@
-package teststack
+package stacktest
 
 import (
 	"context"
@@ -80,9 +80,9 @@ func runScript(t testing.TB, script string, args ...string) {
 	// for the output here never waits on a service.
 	output, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("teststack: %s %v: %v\n%s", path, args, err, output)
+		t.Fatalf("stacktest: %s %v: %v\n%s", path, args, err, output)
 	}
-	t.Logf("teststack: %s %v:\n%s", script, args, output)
+	t.Logf("stacktest: %s %v:\n%s", script, args, output)
 }
 
 // waitFor polls check until it returns nil or serviceWaitTimeout passes.
@@ -102,7 +102,7 @@ func waitFor(t testing.TB, what string, check func(context.Context) error) {
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("teststack: timed out after %s waiting for %s: %v", serviceWaitTimeout, what, lastErr)
+			t.Fatalf("stacktest: timed out after %s waiting for %s: %v", serviceWaitTimeout, what, lastErr)
 		case <-ticker.C:
 		}
 	}
@@ -112,7 +112,7 @@ func hostPort(t testing.TB, rawURL string) string {
 	t.Helper()
 	parsed, err := url.Parse(rawURL)
 	if err != nil || parsed.Host == "" {
-		t.Fatalf("teststack: cannot read host:port from %s", Redact(rawURL))
+		t.Fatalf("stacktest: cannot read host:port from %s", Redact(rawURL))
 	}
 	if parsed.Port() == "" {
 		return net.JoinHostPort(parsed.Hostname(), "7687")
