@@ -14,7 +14,7 @@ GO ?= go
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 ENV_FILE := .local/services.env
 
-.PHONY: build model services-up services-down services-status test test-unit test-e2e demo bench bench-relay bench-context bench-drift bench-rebuild vet clean
+.PHONY: build model services-up services-down services-status test test-unit test-e2e demo bench bench-relay bench-context bench-drift bench-rebuild bench-embed vet clean
 
 build:
 	$(GO) build -o bin/graphsync ./cmd/graphsync
@@ -91,6 +91,11 @@ bench-context: services-up
 # peak RSS of the command.
 bench-rebuild: services-up
 	. $(ENV_FILE) && $(GO) test -run '^$$' -bench BenchmarkRebuild -benchtime 1x -timeout 120m ./rebuild -args -rebuild-nodes=$${REBUILD_NODES:-100000,1000000}
+
+# The bare embedding model loop: texts/s, CPU ms/text, load time and RSS of
+# the local model (float32 and int8) at batch sizes 1, 16, 32, 64.
+bench-embed: model
+	$(GO) test -run '^$$' -bench BenchmarkEmbed -benchtime $${EMBED_BENCHTIME:-1x} -timeout 60m ./embed
 
 # The boundary review at scale: graphsync drift on 100k and 1M nodes against
 # the time to read both sides once, with 100 planted differences, peak RSS.
