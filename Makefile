@@ -14,7 +14,7 @@ GO ?= go
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 ENV_FILE := .local/services.env
 
-.PHONY: build model services-up services-down services-status test test-unit test-e2e demo bench bench-relay bench-context bench-drift bench-rebuild bench-embed vet clean
+.PHONY: build model services-up services-down services-status test test-unit test-e2e demo bench bench-relay bench-context bench-drift bench-rebuild vet clean
 
 build:
 	$(GO) build -o bin/graphsync ./cmd/graphsync
@@ -94,7 +94,8 @@ bench-rebuild: services-up
 
 # The bare embedding model loop: texts/s, CPU ms/text, load time and RSS of
 # the local model (float32 and int8) at batch sizes 1, 16, 32, 64.
-bench-embed: model
+.PHONY: bench-model
+bench-model: model
 	$(GO) test -run '^$$' -bench BenchmarkEmbed -benchtime $${EMBED_BENCHTIME:-1x} -timeout 60m ./embed
 
 # The boundary review at scale: graphsync drift on 100k and 1M nodes against

@@ -32,7 +32,7 @@ func benchTexts(n int) []string {
 // memory (VmRSS now, VmHWM its peak so far: the sub-benchmarks run in one
 // process, in this order).
 //
-//	make model && go test -run '^$' -bench BenchmarkEmbed -benchtime 1x ./embed
+//	make bench-model   (go test -run '^$' -bench BenchmarkEmbed -benchtime 1x ./embed)
 func BenchmarkEmbed(b *testing.B) {
 	texts := benchTexts(256)
 	for _, variant := range []string{DefaultModel, DefaultModel + "-q"} {
