@@ -35,8 +35,13 @@ FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/graphsync /usr/local/bin/graphsync
 COPY --from=build /out/httpprobe /usr/local/bin/httpprobe
 USER nonroot:nonroot
+# Built without cgo, the image has no local embedding model (ONNX Runtime
+# needs cgo and glibc): vectors come from an OpenAI-compatible server
+# (GRAPHSYNC_EMBEDDER=openai, GRAPHSYNC_EMBED_URL, GRAPHSYNC_EMBED_MODEL) or
+# not at all. docs/embeddings.md.
 ENV GRAPHSYNC_HTTP_ADDR=:8080 \
-    GRAPHSYNC_WAKE=stream
+    GRAPHSYNC_WAKE=stream \
+    GRAPHSYNC_EMBEDDER=none
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
     CMD ["/usr/local/bin/httpprobe", "http://127.0.0.1:8080/healthz"]

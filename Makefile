@@ -108,6 +108,12 @@ bench-context: services-up
 bench-rebuild: services-up
 	. $(ENV_FILE) && $(GO) test -run '^$$' -bench BenchmarkRebuild -benchtime 1x -timeout 120m ./rebuild -args -rebuild-nodes=$${REBUILD_NODES:-100000,1000000}
 
+# The bare embedding model loop: texts/s, CPU ms/text, load time and RSS of
+# the local model (float32 and int8) at batch sizes 1, 16, 32, 64.
+.PHONY: bench-model
+bench-model: model
+	$(GO) test -run '^$$' -bench BenchmarkEmbed -benchtime $${EMBED_BENCHTIME:-1x} -timeout 60m ./embed
+
 # The boundary review at scale: graphsync drift on 100k and 1M nodes against
 # the time to read both sides once, with 100 planted differences, peak RSS.
 bench-drift: services-up

@@ -84,6 +84,9 @@ type Config struct {
 	Retries int
 	// RetryDelay is the first delay between retries (openai). Default 250ms.
 	RetryDelay time.Duration
+	// OnRetry, when set, is called with the error of each try that will be
+	// tried again (openai), for a metric of retries. Default none.
+	OnRetry func(error)
 }
 
 // CacheDir is where make model puts the model and runtime files.

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package embed
 
 import (
@@ -81,7 +83,7 @@ type onnxEmbedder struct {
 	closed  bool
 }
 
-func openONNX(cfg Config) (_ *onnxEmbedder, err error) {
+func openONNX(cfg Config) (_ Embedder, err error) {
 	modelPath := filepath.Join(cfg.ModelDir, modelFileName)
 	tokenizerPath := filepath.Join(cfg.ModelDir, tokenizerFileName)
 	// Every file is checked before anything is loaded, so the first line

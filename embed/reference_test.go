@@ -1,20 +1,31 @@
+//go:build cgo
+
 package embed
 
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 )
 
-// referenceTolerance: the worst cosine similarity allowed between our
-// vector and the reference's for the same text. Both run the same model
-// file with ONNX Runtime; what differs is batching (padding changes the
-// order of float sums) and our float64 pooling, measured at well under 1e-5.
-const referenceTolerance = 0.9999
+// The tolerance between our vector and the reference's for the same text:
+// cosine similarity at least referenceCosine and no component further off
+// than referenceMaxDiff. Both run the same model file with ONNX Runtime;
+// what differs is the runtime's build (1.29 here, 1.32 there), batching
+// (padding changes the order of float sums) and our float64 pooling:
+// measured 1-cosine 1.1e-12 and 2.2e-7 on a component, so the bounds leave
+// room for another CPU's kernels and still fail on any real difference
+// (an [UNK] for an accented word moved the cosine by 1e-2).
+const (
+	referenceCosine  = 0.99999
+	referenceMaxDiff = 1e-4
+)
 
 type referenceFile struct {
 	Reference string `json:"reference"`
@@ -56,7 +67,7 @@ func modelDir(variant string) string {
 }
 
 // TestEmbedEqualsReference: token ids equal exactly and
-// vectors within referenceTolerance of the reference implementation's
+// vectors within the tolerance above of the reference implementation's
 // (embed/testdata/embed_reference.py), embedded in one call (so batched and
 // padded) and one text at a time.
 func TestEmbedEqualsReference(t *testing.T) {
@@ -68,7 +79,7 @@ func TestEmbedEqualsReference(t *testing.T) {
 	for _, variant := range []string{DefaultModel} {
 		t.Run(variant, func(t *testing.T) {
 			texts, ref := loadFixture(t, variant)
-			e := openTestEmbedder(t, Config{ModelDir: modelDir(variant), BatchSize: 8})
+			e := sharedEmbedder(t)
 			onnx := e.(*onnxEmbedder)
 			for i, text := range texts {
 				ids, err := onnx.words.encode(text)
@@ -83,7 +94,7 @@ func TestEmbedEqualsReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			worst := 1.0
+			worst, worstDiff := 1.0, 0.0
 			for i := range texts {
 				alone, err := e.Embed(context.Background(), texts[i:i+1])
 				if err != nil {
@@ -92,12 +103,17 @@ func TestEmbedEqualsReference(t *testing.T) {
 				for _, got := range [][]float32{batched[i], alone[0]} {
 					cos := cosine(got, ref.Rows[i].Vector)
 					worst = min(worst, cos)
-					if cos < referenceTolerance {
-						t.Errorf("text %d %.60q: cosine %.7f to the reference, want >= %v", i, texts[i], cos, referenceTolerance)
+					diff := 0.0
+					for d := range got {
+						diff = max(diff, math.Abs(float64(got[d]-ref.Rows[i].Vector[d])))
+					}
+					worstDiff = max(worstDiff, diff)
+					if cos < referenceCosine || diff > referenceMaxDiff {
+						t.Errorf("text %d %.60q: cosine %.7f, a component %.1e off the reference; want >= %v and <= %v", i, texts[i], cos, diff, referenceCosine, referenceMaxDiff)
 					}
 				}
 			}
-			t.Logf("%d texts, worst cosine to the reference %.8f (%s)", len(texts), worst, ref.Reference)
+			t.Logf("%d texts, worst 1-cosine to the reference %.1e, largest difference of a component %.1e (%s)", len(texts), 1-worst, worstDiff, ref.Reference)
 		})
 	}
 }
@@ -113,6 +129,34 @@ func cosine(a, b []float32) float64 {
 		nb += float64(b[i]) * float64(b[i])
 	}
 	return dot / math.Sqrt(na*nb)
+}
+
+// shared is the default embedder most tests use: loading the model takes
+// a second or more on a busy machine. TestMain closes it.
+var shared struct {
+	once sync.Once
+	e    Embedder
+	err  error
+}
+
+func sharedEmbedder(t testing.TB) Embedder {
+	t.Helper()
+	shared.once.Do(func() { shared.e, shared.err = Open(Config{ModelDir: modelDir(DefaultModel), BatchSize: 16}) })
+	if shared.err != nil {
+		t.Fatalf("open embedder (run make model first): %v", shared.err)
+	}
+	return shared.e
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.e != nil {
+		if err := shared.e.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "close shared embedder:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 func openTestEmbedder(t testing.TB, cfg Config) Embedder {
