@@ -151,6 +151,9 @@ type Model struct {
 	Labels        []Label
 	Relationships []Relationship
 	Fulltext      []Fulltext
+	// Embedding, when set, is the one embedded text of the graph (see
+	// Embedding); nil embeds nothing.
+	Embedding *Embedding
 }
 
 // Label returns the label named name.
@@ -241,6 +244,7 @@ var Default = Model{
 	Fulltext: []Fulltext{
 		{Name: FulltextProductText, Label: LabelProduct, Properties: []string{"name", "description"}, Analyzer: "english"},
 	},
+	Embedding: &DefaultEmbedding,
 }
 
 // identifier is what a label, type, key or index name may look like, so that
@@ -334,6 +338,11 @@ func (m *Model) Validate() error {
 			if p, ok := l.Property(key); !ok || p.Type != String {
 				return fmt.Errorf("fulltext index %s: %s.%s is not an allowlisted string property", f.Name, f.Label, key)
 			}
+		}
+	}
+	if m.Embedding != nil {
+		if err := m.validateEmbedding(*m.Embedding); err != nil {
+			return err
 		}
 	}
 	return nil
