@@ -89,6 +89,9 @@ func (b *Builder) Rows(mut graphmodel.Mutations) (*Rows, error) {
 		}
 		row := newNodeRow(n.Label, n.TenantID, n.ID, n.Guard)
 		row.row["props"] = props
+		if e := b.embeddingOf(n.Label); e != nil {
+			row.row[e.TextHashProperty] = graphmodel.EmbeddingHash(b.embedModel, e.Text(props))
+		}
 		out.nodes = append(out.nodes, row)
 	}
 	for _, d := range mut.Deletes {

@@ -35,7 +35,7 @@ func SchemaStatements(m graphmodel.Model) []string {
 		}
 		stmts = append(stmts, stmt)
 	}
-	return stmts
+	return append(stmts, embeddingSchemaStatements(m)...)
 }
 
 // nodeLabels lists every label the graph may hold: the model's labels, each

@@ -31,14 +31,35 @@ type Builder struct {
 	relMerge    map[string]string // by type
 	owners      string
 	batch       batchText
+	// embedModel is the embedder's model id, or "" when nothing is
+	// embedded (BuilderOptions.EmbeddingModel).
+	embedModel string
+}
+
+// BuilderOptions are what a Builder writes beyond the model.
+type BuilderOptions struct {
+	// EmbeddingModel, when set, makes every upsert of the model's embedded
+	// label write the hash of (model, masked text) and mark the node pending
+	// when it differs from its vector's (ADR 0023). Default: "", which
+	// embeds nothing and writes exactly the statements it wrote before
+	// embeddings existed.
+	EmbeddingModel string
 }
 
 // NewBuilder validates m and prepares every statement text it allows.
-func NewBuilder(m graphmodel.Model) (*Builder, error) {
+func NewBuilder(m graphmodel.Model, opts ...BuilderOptions) (*Builder, error) {
 	if err := m.Validate(); err != nil {
 		return nil, fmt.Errorf("graph model: %w", err)
 	}
+	var opt BuilderOptions
+	for _, o := range opts {
+		opt = o
+	}
+	if m.Embedding == nil {
+		opt.EmbeddingModel = ""
+	}
 	b := &Builder{
+		embedModel: opt.EmbeddingModel,
 		model:      m,
 		labels:     map[string]graphmodel.Label{},
 		rels:       map[string]graphmodel.Relationship{},
@@ -53,7 +74,7 @@ func NewBuilder(m graphmodel.Model) (*Builder, error) {
 		case graphmodel.RoleTenant:
 			b.tenantMerge = tenantMergeText(l)
 		default:
-			b.nodeUpsert[l.Name] = nodeUpsertText(l)
+			b.nodeUpsert[l.Name] = nodeUpsertText(l, b.embeddingOf(l.Name))
 			if l.Tombstone != "" {
 				b.nodeDelete[l.Name] = nodeDeleteText(l)
 			}
@@ -70,6 +91,18 @@ func NewBuilder(m graphmodel.Model) (*Builder, error) {
 	b.batch = newBatchText(b.Texts())
 	return b, nil
 }
+
+// embeddingOf is the model's embedding of label when the builder embeds.
+func (b *Builder) embeddingOf(label string) *graphmodel.Embedding {
+	if e, ok := b.model.EmbeddingOf(label); ok && b.embedModel != "" {
+		return &e
+	}
+	return nil
+}
+
+// EmbeddingModel is the model id the builder hashes embedded texts with, ""
+// when it embeds nothing.
+func (b *Builder) EmbeddingModel() string { return b.embedModel }
 
 // Model returns the model the builder was made from.
 func (b *Builder) Model() graphmodel.Model { return b.model }
@@ -158,7 +191,12 @@ func tenantMergeText(l graphmodel.Label) string {
 // changes nothing, also beside a concurrent write of the same node. The
 // conditional SET sits in a FOREACH rather than behind WHERE: a filter on
 // properties the same statement then sets makes Neo4j plan an Eager.
-func nodeUpsertText(l graphmodel.Label) string {
+//
+// On the embedded label (when the builder embeds), the same guarded SET
+// writes the hash of the text it writes and marks the node pending unless
+// its vector was computed from that text: the embedding stage's backlog is
+// then an index lookup, and no model runs in this transaction (ADR 0023).
+func nodeUpsertText(l graphmodel.Label, e *graphmodel.Embedding) string {
 	var sb strings.Builder
 	sb.WriteString("UNWIND $rows AS row\n")
 	if l.Tombstone != "" {
@@ -169,6 +207,10 @@ func nodeUpsertText(l graphmodel.Label) string {
 	fmt.Fprintf(&sb, "  SET n.%s = row.version, n.%s = row.outbox_id", graphmodel.PropVersion, graphmodel.PropOutboxID)
 	for _, p := range l.Properties {
 		fmt.Fprintf(&sb, ",\n      n.%[1]s = row.props.%[1]s", p.Key)
+	}
+	if e != nil {
+		fmt.Fprintf(&sb, ",\n      n.%[1]s = row.%[1]s,\n      n.%[2]s = CASE WHEN n.%[3]s = row.%[1]s THEN null ELSE coalesce(n.%[2]s, timestamp()) END",
+			e.TextHashProperty, e.PendingProperty, e.HashProperty)
 	}
 	sb.WriteString(")")
 	return sb.String()

@@ -28,6 +28,12 @@ type Config struct {
 	// Limits bound one event (payload size, order lines); an event over a
 	// limit is rejected with the limit named. Defaults: events.Limits'.
 	Limits events.Limits
+	// EmbeddingModel is the embedder's model id when embeddings are on:
+	// upserts of the model's embedded label then write the hash of their
+	// text and mark the node pending for the embedding stage (ADR 0023);
+	// nothing is embedded in the projector's transaction. Default: "",
+	// embeddings off, the statements of before.
+	EmbeddingModel string
 }
 
 func (c Config) withDefaults() Config {

@@ -41,7 +41,7 @@ func New(driver neo4j.DriverWithContext, cfg Config, logger *zap.Logger) (*Proje
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	builder, err := cypher.NewBuilder(*cfg.Model)
+	builder, err := cypher.NewBuilder(*cfg.Model, cypher.BuilderOptions{EmbeddingModel: cfg.EmbeddingModel})
 	if err != nil {
 		return nil, fmt.Errorf("projector: %w", err)
 	}
