@@ -1,0 +1,242 @@
+package stage_test
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+
+	"graphsync/embed/stage"
+	"graphsync/events"
+	"graphsync/graphmodel"
+	"graphsync/internal/teststack"
+	"graphsync/projector"
+	"graphsync/relay"
+)
+
+// world is one test's tenant in the shared Neo4j, its fresh PostgreSQL
+// database (with the cache) and a projector that embeds with emb's model.
+type world struct {
+	t        *testing.T
+	ctx      context.Context
+	tenant   int64
+	driver   neo4j.DriverWithContext
+	pool     *pgxpool.Pool
+	emb      *counting
+	sink     *projector.Projector
+	outboxID int64
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	w := &world{t: t, ctx: ctx, tenant: 1_000_000 + rand.Int64N(1_000_000_000), emb: testEmbedder(t)}
+	_, w.pool = teststack.FreshDatabase(t)
+	w.driver = teststack.Neo4j(t)
+	if err := projector.EnsureSchema(ctx, w.driver); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { teststack.CleanGraph(t, w.driver, w.tenant) })
+	sink, err := projector.New(w.driver, projector.Config{EmbeddingModel: w.emb.Model()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sink.Close)
+	w.sink = sink
+	return w
+}
+
+func (w *world) stage(cfg stage.Config) *stage.Stage {
+	w.t.Helper()
+	cfg.Tenants = []int64{w.tenant}
+	s, err := stage.New(w.driver, stage.NewCache(w.pool), w.emb, cfg, nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return s
+}
+
+// deliver applies events through the projector, as sync does.
+func (w *world) deliver(evs ...events.Event) {
+	w.t.Helper()
+	batch := make([]relay.Message, len(evs))
+	for i, ev := range evs {
+		payload, err := json.Marshal(ev)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		w.outboxID++
+		batch[i] = relay.Message{ID: w.outboxID, TenantID: w.tenant, AggregateType: ev.AggregateType(), AggregateID: ev.AggregateID(),
+			EventType: ev.EventType(), EventVersion: ev.EventVersion(), Payload: payload, OccurredAt: time.Now(), Attempts: 1}
+	}
+	rejected, err := w.sink.Deliver(w.ctx, batch)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for id, err := range rejected {
+		if err != nil {
+			w.t.Fatalf("event %d rejected: %v", id, err)
+		}
+	}
+}
+
+func productState(id, version int64, name, description string, price int64) events.ProductState {
+	return events.ProductState{ID: id, Version: version, SKU: "SKU-1", Name: name, Description: description,
+		PriceCents: price, Currency: "EUR", Status: "active"}
+}
+
+// node is what the graph holds of a product's embedding.
+type node struct {
+	text, hash, textHash, model string
+	vector                      []float64
+	pending                     bool
+}
+
+func (w *world) node(id int64) node {
+	w.t.Helper()
+	res, err := neo4j.ExecuteQuery(w.ctx, w.driver, `MATCH (n:Product {tenant_id: $tenant, id: $id})
+RETURN properties(n) AS props`, map[string]any{"tenant": w.tenant, "id": id}, neo4j.EagerResultTransformer)
+	if err != nil || len(res.Records) != 1 {
+		w.t.Fatalf("read product %d: %v (%d records)", id, err, len(res.Records))
+	}
+	props, _, _ := neo4j.GetRecordValue[map[string]any](res.Records[0], "props")
+	n := node{text: graphmodel.EmbeddedText(graphmodel.LabelProduct, props), pending: props[graphmodel.PropEmbeddingPending] != nil}
+	n.hash, _ = props[graphmodel.PropEmbeddingHash].(string)
+	n.textHash, _ = props[graphmodel.PropEmbeddingTextHash].(string)
+	n.model, _ = props[graphmodel.PropEmbeddingModel].(string)
+	if v, ok := props[graphmodel.PropEmbedding].([]any); ok {
+		for _, f := range v {
+			n.vector = append(n.vector, f.(float64))
+		}
+	}
+	return n
+}
+
+// current fails unless the node's vector is the model's vector of the
+// text the node holds now.
+func (w *world) current(id int64) node {
+	w.t.Helper()
+	n := w.node(id)
+	want := graphmodel.EmbeddingHash(w.emb.Model(), n.text)
+	if n.pending || n.hash != want || n.textHash != want || n.model != w.emb.Model() || len(n.vector) != w.emb.Dimension() {
+		w.t.Fatalf("product %d not current: pending %v, hash %.12s, text hash %.12s, want %.12s, model %q, %d floats",
+			id, n.pending, n.hash, n.textHash, want, n.model, len(n.vector))
+	}
+	vs, err := w.emb.Embedder.Embed(w.ctx, []string{n.text})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for i, f := range vs[0] {
+		if diff := float64(f) - n.vector[i]; diff > 1e-6 || diff < -1e-6 {
+			w.t.Fatalf("product %d: vector[%d] = %g, the model gives %g for its text", id, i, n.vector[i], f)
+		}
+	}
+	return n
+}
+
+func drain(t *testing.T, s *stage.Stage, ctx context.Context) stage.Round {
+	t.Helper()
+	round, err := s.Drain(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return round
+}
+
+// A text change re-embeds; a price change embeds nothing and leaves the
+// vector as it is. Mixed in one batch with a product whose text changes.
+func TestTextChangeReembedsPriceChangeDoesNot(t *testing.T) {
+	w := newWorld(t)
+	s := w.stage(stage.Config{})
+	w.deliver(events.ProductCreated{ProductState: productState(1, 1, "Kettle", "Boils water fast", 2999)},
+		events.ProductCreated{ProductState: productState(2, 1, "Teapot", "Porcelain, 1 l", 1999)})
+	if n := w.node(1); !n.pending || n.vector != nil {
+		t.Fatalf("a new product is not pending: %+v", n)
+	}
+	if r := drain(t, s, w.ctx); r.Written != 2 || r.Embedded != 2 {
+		t.Fatalf("first drain: %+v, want 2 embedded and written", r)
+	}
+	w.current(1)
+	before := w.current(2)
+
+	calls := w.emb.texts.Load()
+	w.deliver(events.ProductPriceChanged{ProductState: productState(2, 2, "Teapot", "Porcelain, 1 l", 2499)},
+		events.ProductUpdated{ProductState: productState(1, 2, "Kettle", "Boils water fast, 1.7 l, steel", 2999)})
+	if w.node(2).pending {
+		t.Fatal("a price change marked the product pending")
+	}
+	if !w.node(1).pending {
+		t.Fatal("a text change did not mark the product pending")
+	}
+	r := drain(t, s, w.ctx)
+	if r.Read != 1 || r.Written != 1 || w.emb.texts.Load()-calls != 1 {
+		t.Fatalf("after a price and a text change: %+v, %d texts embedded; want the one changed text", r, w.emb.texts.Load()-calls)
+	}
+	w.current(1)
+	if after := w.current(2); after.hash != before.hash {
+		t.Fatal("the price change changed the vector")
+	}
+}
+
+// The guard: a vector computed for an old text is not written over a
+// newer one. The newer text is committed while the stage embeds the older
+// (inside its Embed call), so the stage's write finds another hash.
+func TestGuardDropsAVectorOfAnOlderText(t *testing.T) {
+	w := newWorld(t)
+	s := w.stage(stage.Config{})
+	w.deliver(events.ProductCreated{ProductState: productState(1, 1, "Lamp", "Desk lamp", 1000)})
+	w.emb.before = func() {
+		w.deliver(events.ProductUpdated{ProductState: productState(1, 2, "Lamp", "Desk lamp with a dimmer", 1000)})
+	}
+	r, err := s.RunOnce(w.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Read != 1 || r.Written != 0 || r.Dropped != 1 {
+		t.Fatalf("round over an interleaved change: %+v, want the vector dropped", r)
+	}
+	n := w.node(1)
+	if n.vector != nil || !n.pending {
+		t.Fatalf("the older text's vector was written or the node left the backlog: %+v", n)
+	}
+	drain(t, s, w.ctx)
+	if n := w.current(1); !strings.Contains(n.text, "dimmer") {
+		t.Fatalf("vector of %q, want the newer text", n.text)
+	}
+}
+
+// Texts that are hard for a tokenizer never crash the stage: each gets a
+// vector (or a clear refusal counted as such).
+func TestBadTextsNeverCrashTheStage(t *testing.T) {
+	w := newWorld(t)
+	s := w.stage(stage.Config{})
+	texts := []string{
+		"",
+		// The longest description an event may carry (65,536 characters),
+		// here 70 kB: the model cuts it at its token limit.
+		strings.Repeat("Fünf lange Sätze. ", 3640),
+		"🚀🔥 Rocket mug ☕️ 👍🏽",
+		"无线蓝牙耳机，降噪，续航三十小时",
+		"سماعة لاسلكية مع خاصية إلغاء الضوضاء",
+		"Tab\there\x00nul\x01\x1b[31mred\u200b\ufeff",
+		"\xff\xfe invalid UTF-8",
+	}
+	var evs []events.Event
+	for i, text := range texts {
+		evs = append(evs, events.ProductCreated{ProductState: productState(int64(i+1), 1, "P", text, 100)})
+	}
+	w.deliver(evs...)
+	r := drain(t, s, w.ctx)
+	if r.Refused != 0 || r.Written != len(texts) {
+		t.Fatalf("bad texts: %+v, want all %d written", r, len(texts))
+	}
+	for i := range texts {
+		w.current(int64(i + 1))
+	}
+}
