@@ -236,7 +236,7 @@ func (r *run) firstPass(ctx context.Context, tx pgx.Tx, tenant int64) error {
 				counts.Nodes++
 			}
 			id := idOf(exp, got)
-			findings, err := r.withStamps(ctx, tenant, label, exp, got, compareNode(r.model, tenant, label, exp, got))
+			findings, err := r.withStamps(ctx, tenant, label, exp, got, compareNode(r.model, r.c.cfg.Vectors, tenant, label, exp, got))
 			if err != nil {
 				return err
 			}
@@ -417,10 +417,10 @@ func (r *run) secondLookBatch(ctx context.Context, batch []suspect) error {
 		label, _ := r.model.Label(s.label)
 		k := key{s.label, s.id}
 		first, got, second := r1[k], graph[k], r2[k]
-		findings := compareNode(r.model, s.tenant, label, second, got)
+		findings := compareNode(r.model, r.c.cfg.Vectors, s.tenant, label, second, got)
 		switch {
 		case len(findings) == 0:
-		case len(compareNode(r.model, s.tenant, label, first, got)) == 0:
+		case len(compareNode(r.model, r.c.cfg.Vectors, s.tenant, label, first, got)) == 0:
 			findings = nil // the graph holds R1's state: in step, R2 is on its way
 		case label.Role == graphmodel.RoleAggregate && first != nil && second != nil && got != nil &&
 			first.version < got.version && got.version < second.version:

@@ -15,7 +15,7 @@ var reservedKeys = []string{graphmodel.KeyTenantID, graphmodel.KeyID, graphmodel
 
 // compareNode compares what the rows imply for one key (exp, nil when no row
 // backs it) with what the graph holds (got, nil when absent).
-func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, exp, got *node) []Finding {
+func compareNode(model graphmodel.Model, vectors *VectorCheck, tenant int64, label graphmodel.Label, exp, got *node) []Finding {
 	switch {
 	case exp == nil && got == nil:
 		return nil
@@ -83,6 +83,7 @@ func compareNode(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 		add(StaleNode, strings.Join(stale, "; "), &repairAction{upsert: upsert})
 	}
 	propertyFindings(model, label, got.props, add)
+	vectorFindings(model, vectors, label, exp, got, add)
 	findings = append(findings, compareRels(model, tenant, label, exp, got, upsert)...)
 	return findings
 }
@@ -98,7 +99,7 @@ func propertyFindings(model graphmodel.Model, label graphmodel.Label, props map[
 	for _, k := range keys {
 		prop, allowed := label.Property(k)
 		code := allowed && !prop.FreeText
-		allowed = allowed || slices.Contains(reservedKeys, k)
+		allowed = allowed || slices.Contains(reservedKeys, k) || embeddingKey(model, label, k)
 		if owner := personalField(model, label, k); !allowed && owner != "" {
 			// A field the model names personal (of this label or another:
 			// a customer's full_name copied onto an order): whatever it
@@ -292,4 +293,43 @@ func personalField(model graphmodel.Model, label graphmodel.Label, key string) s
 		}
 	}
 	return ""
+}
+
+// embeddingKey reports whether k is a property the embedding keeps on
+// label's nodes (the vector, its hashes, model and pending mark).
+func embeddingKey(model graphmodel.Model, label graphmodel.Label, k string) bool {
+	e, ok := model.EmbeddingOf(label.Name)
+	return ok && slices.Contains(e.SyncProperties(), k)
+}
+
+// vectorFindings checks a node's vector against the text its rows imply
+// (masked, as the projector writes it) and the embedder's model and
+// dimension. A node the embedding stage has queued for exactly that text
+// is not drift: the stage's backlog (and its metrics) say how far behind
+// it is. The repair marks the node pending with the text's hash, where it
+// still holds the outbox id read.
+func vectorFindings(model graphmodel.Model, vectors *VectorCheck, label graphmodel.Label, exp, got *node, add func(Kind, string, *repairAction)) {
+	e, ok := model.EmbeddingOf(label.Name)
+	if vectors == nil || !ok {
+		return
+	}
+	want := graphmodel.EmbeddingHash(vectors.Model, e.Text(exp.props))
+	if got.props[e.PendingProperty] != nil && got.props[e.TextHashProperty] == want {
+		return
+	}
+	outboxID, _ := got.props[graphmodel.PropOutboxID].(int64)
+	repair := &repairAction{markEmbedding: &embeddingMark{outboxID: outboxID, hash: want}}
+	vector, _ := got.props[e.VectorProperty].([]any)
+	modelOf, _ := got.props[e.ModelProperty].(string)
+	hash, _ := got.props[e.HashProperty].(string)
+	switch {
+	case got.props[e.VectorProperty] == nil:
+		add(MissingEmbedding, "no vector", repair)
+	case modelOf != vectors.Model:
+		add(WrongEmbeddingModel, fmt.Sprintf("vector of model %s, want %s", show(modelOf), show(vectors.Model)), repair)
+	case len(vector) != vectors.Dimension:
+		add(WrongEmbeddingDimension, fmt.Sprintf("vector of %d floats, want %d", len(vector), vectors.Dimension), repair)
+	case hash != want:
+		add(StaleEmbedding, "vector of another text than the rows imply", repair)
+	}
 }

@@ -32,6 +32,18 @@ type Config struct {
 	Database string
 	// Model is the graph model. Default: graphmodel.Default.
 	Model *graphmodel.Model
+	// Vectors, when set, checks the vectors of the model's embedded label
+	// against this embedder's model and dimension (missing_embedding,
+	// stale_embedding, wrong_embedding_model, wrong_embedding_dimension).
+	// Default: nil, vectors are not checked (their properties are still
+	// allowed).
+	Vectors *VectorCheck
+}
+
+// VectorCheck names the embedder the graph's vectors must come from.
+type VectorCheck struct {
+	Model     string
+	Dimension int
 }
 
 // NoRecheckWait is a Config.RecheckAfter that does not wait (a zero reads

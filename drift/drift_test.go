@@ -426,7 +426,7 @@ func TestRepairOfAReferenceNodeLeavesALaterEvent(t *testing.T) {
 	label, _ := model.Label(graphmodel.LabelCategory)
 	got := &node{label: label.Name, id: 1, props: map[string]any{"name": "graph", graphmodel.PropOutboxID: int64(40)}}
 	want := &node{label: label.Name, id: 1, props: map[string]any{"name": "rows"}, required: true}
-	findings := compareNode(model, tenant, label, want, got)
+	findings := compareNode(model, nil, tenant, label, want, got)
 	if len(findings) != 1 || findings[0].repair.upsert == nil || findings[0].repair.upsert.outboxSeen == nil ||
 		*findings[0].repair.upsert.outboxSeen != 40 {
 		t.Fatalf("findings %+v: want one stale node whose repair carries the outbox id read (40)", findings)

@@ -41,11 +41,20 @@ const (
 	PersonalData        Kind = "personal_data"
 	ForeignLabel        Kind = "foreign_label"
 	ForeignRelType      Kind = "foreign_relationship_type"
+	// The vector kinds (Config.Vectors): a node of the embedded label
+	// without a vector; with a vector of another text than the one its
+	// rows imply; of another model; of another dimension. Their repair
+	// marks the node pending for the embedding stage (ADR 0023).
+	MissingEmbedding        Kind = "missing_embedding"
+	StaleEmbedding          Kind = "stale_embedding"
+	WrongEmbeddingModel     Kind = "wrong_embedding_model"
+	WrongEmbeddingDimension Kind = "wrong_embedding_dimension"
 )
 
 // Kinds lists the drift kinds in report order.
 var Kinds = []Kind{MissingNode, OrphanNode, StaleNode, MissingRelationship, ExtraRelationship, ChangedRelationship,
-	CrossTenant, NodeWithoutTenant, NodeWithoutID, PropertyNotAllowed, PersonalData, ReferenceStampAhead}
+	CrossTenant, NodeWithoutTenant, NodeWithoutID, PropertyNotAllowed, PersonalData, ReferenceStampAhead,
+	MissingEmbedding, StaleEmbedding, WrongEmbeddingModel, WrongEmbeddingDimension}
 
 // Finding is one difference.
 type Finding struct {

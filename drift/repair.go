@@ -22,6 +22,8 @@ type repairAction struct {
 	deleteNode bool
 	// deleteRel removes one relationship.
 	deleteRel *relRef
+	// markEmbedding queues the node for the embedding stage.
+	markEmbedding *embeddingMark
 	// removeProp removes a property outside the allowlist.
 	removeProp string
 	// removeRelProp removes a relationship property outside the allowlist.
@@ -124,10 +126,13 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 	var misplacedEdges []*misplacedIn
 	var linkedEdges []*linkedIn
 	var deleteTenants []int64
+	var marks []map[string]any
 	for _, f := range r.findings {
 		a := f.repair
 		switch {
 		case a == nil:
+		case a.markEmbedding != nil:
+			marks = append(marks, map[string]any{"tenant_id": f.TenantID, "id": f.ID, "outbox_id": a.markEmbedding.outboxID, "hash": a.markEmbedding.hash})
 		case a.deleteRel != nil:
 			relRows = append(relRows, a.deleteRel.row())
 		case a.removeRelProp != nil:
@@ -265,12 +270,27 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 			return changes, err
 		}
 	}
+	if len(marks) > 0 && r.c.cfg.Vectors != nil && r.model.Embedding != nil {
+		e := *r.model.Embedding
+		slices.SortFunc(marks, cypher.CompareNodeRows)
+		if err := write("queued "+e.Label+" nodes for the embedding stage", cypher.EmbeddingMarkText(e),
+			map[string]any{"rows": marks, "model": r.c.cfg.Vectors.Model, "dimension": int64(r.c.cfg.Vectors.Dimension)}); err != nil {
+			return changes, err
+		}
+	}
 	if len(upserts) > 0 {
 		if err := r.reproject(upserts, writeAll); err != nil {
 			return changes, err
 		}
 	}
 	return changes, nil
+}
+
+// embeddingMark is the text hash a node's vector must have, and the
+// outbox id the node held when it was read (the mark's guard).
+type embeddingMark struct {
+	outboxID int64
+	hash     string
 }
 
 type nodeKey struct {

@@ -32,7 +32,7 @@ func TestTimesCompareToTheMicrosecond(t *testing.T) {
 		"two microseconds apart":            {row.Add(-2 * time.Microsecond), true},
 		"a second apart (a different time)": {row.Add(time.Second), true},
 	} {
-		findings := compareNode(model, 1, label, order(row), order(c.graph))
+		findings := compareNode(model, nil, 1, label, order(row), order(c.graph))
 		if got := len(findings) > 0; got != c.drift {
 			t.Errorf("%s: findings %+v, want drift %v", name, findings, c.drift)
 		}
