@@ -1,6 +1,7 @@
 # graphsync: build, local services (no Docker) and tests.
 #
-#   make services-up     start (or reuse) PostgreSQL + embedded Neo4j; writes .local/services.env
+#   make model           fetch the local embedding model and ONNX Runtime into ~/.cache/graphsync
+#   make services-up     make model, start (or reuse) PostgreSQL + embedded Neo4j; writes .local/services.env
 #   make services-down   stop both
 #   make test            services-up, unit/integration tests, e2e tests, services-down
 #   make build           bin/graphsync
@@ -13,12 +14,19 @@ GO ?= go
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 ENV_FILE := .local/services.env
 
-.PHONY: build services-up services-down services-status test test-unit test-e2e demo bench bench-relay bench-context bench-drift bench-rebuild vet clean
+.PHONY: build model services-up services-down services-status test test-unit test-e2e demo bench bench-relay bench-context bench-drift bench-rebuild vet clean
 
 build:
 	$(GO) build -o bin/graphsync ./cmd/graphsync
 
-services-up:
+# The embedding model (all-MiniLM-L6-v2, ONNX) and libonnxruntime.so from
+# Maven Central into a cache outside git ($$GRAPHSYNC_CACHE, else
+# ~/.cache/graphsync; checksums pinned), paths in .local/models.env, which
+# services-up copies into .local/services.env. docs/embeddings.md.
+model:
+	scripts/model.sh fetch
+
+services-up: model
 	scripts/services.sh up
 
 services-down:

@@ -9,6 +9,8 @@
 #   export GRAPHSYNC_NEO4J_USER=          (empty: auth is off)
 #   export GRAPHSYNC_NEO4J_PASSWORD=
 #   export GRAPHSYNC_REPO_ROOT=/path/to/repo
+#   export GRAPHSYNC_EMBED_MODEL_DIR=... GRAPHSYNC_ONNXRUNTIME_LIB=...
+#                                         (from .local/models.env: make model)
 # Use it from a shell with: . .local/services.env
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
@@ -26,6 +28,8 @@ write_env() {
     echo "export GRAPHSYNC_NEO4J_USER="
     echo "export GRAPHSYNC_NEO4J_PASSWORD="
     echo "export GRAPHSYNC_REPO_ROOT='$GRAPHSYNC_ROOT'"
+    # The embedding model's paths, when make model has written them.
+    if [ -f "$GRAPHSYNC_LOCAL/models.env" ]; then grep '^export ' "$GRAPHSYNC_LOCAL/models.env"; fi
   } >"$tmp"
   mv "$tmp" "$ENV_FILE"
 }
