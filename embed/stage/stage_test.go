@@ -240,3 +240,29 @@ func TestBadTextsNeverCrashTheStage(t *testing.T) {
 		w.current(int64(i + 1))
 	}
 }
+
+// The cache outlives the graph: a rebuild into an empty Neo4j (the same
+// products projected again) takes every vector from PostgreSQL and embeds
+// nothing.
+func TestRebuildIntoEmptyGraphEmbedsNothingEmbeddedBefore(t *testing.T) {
+	w := newWorld(t)
+	s := w.stage(stage.Config{BatchSize: 4})
+	var evs []events.Event
+	for i := int64(1); i <= 10; i++ {
+		evs = append(evs, events.ProductCreated{ProductState: productState(i, 1, "Chair", "Oak chair model "+string(rune('A'+i)), 100*i)})
+	}
+	w.deliver(evs...)
+	if r := drain(t, s, w.ctx); r.Embedded != 10 {
+		t.Fatalf("first drain: %+v, want 10 embedded", r)
+	}
+	teststack.CleanGraph(t, w.driver, w.tenant)
+	w.deliver(evs...) // outbox ids differ; the graph is empty, so all apply
+	before := w.emb.texts.Load()
+	r := drain(t, s, w.ctx)
+	if r.Cached != 10 || r.Embedded != 0 || r.Written != 10 || w.emb.texts.Load() != before {
+		t.Fatalf("rebuild: %+v, %d texts embedded; want all 10 from the cache", r, w.emb.texts.Load()-before)
+	}
+	for i := int64(1); i <= 10; i++ {
+		w.current(i)
+	}
+}
