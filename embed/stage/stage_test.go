@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
+	"graphsync/cypher"
 	"graphsync/embed/stage"
 	"graphsync/events"
 	"graphsync/graphmodel"
@@ -264,5 +265,32 @@ func TestRebuildIntoEmptyGraphEmbedsNothingEmbeddedBefore(t *testing.T) {
 	}
 	for i := int64(1); i <= 10; i++ {
 		w.current(i)
+	}
+}
+
+// migrate's vector index: created with the embedder's dimension, kept
+// when it matches, recreated when the dimension changes.
+func TestVectorIndexFollowsTheDimension(t *testing.T) {
+	w := newWorld(t)
+	read := func() int64 {
+		res, err := neo4j.ExecuteQuery(w.ctx, w.driver, cypher.VectorIndexQuery, map[string]any{"name": graphmodel.VectorProductEmbed}, neo4j.EagerResultTransformer)
+		if err != nil || len(res.Records) != 1 {
+			t.Fatalf("read the vector index: %v (%d records)", err, len(res.Records))
+		}
+		dims, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "dimensions")
+		return dims
+	}
+	t.Cleanup(func() {
+		if err := stage.EnsureVectorIndex(context.Background(), w.driver, "", graphmodel.Default, w.emb.Dimension()); err != nil {
+			t.Error(err)
+		}
+	})
+	for _, dim := range []int{w.emb.Dimension(), 8, w.emb.Dimension()} {
+		if err := stage.EnsureVectorIndex(w.ctx, w.driver, "", graphmodel.Default, dim); err != nil {
+			t.Fatal(err)
+		}
+		if got := read(); got != int64(dim) {
+			t.Fatalf("vector index of %d dimensions, want %d", got, dim)
+		}
 	}
 }
