@@ -10,6 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"graphsync/embed"
+	"graphsync/embed/stage"
+	"graphsync/graphmodel"
 	"graphsync/projector"
 	gsql "graphsync/sql"
 )
@@ -18,9 +21,18 @@ func runMigrate(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	var conn connFlags
 	conn.register(fs, true)
+	var embedCfg embed.Config
+	embedCfg.RegisterFlags(fs)
 	skipNeo4j := fs.Bool("skip-neo4j", false, "apply only the PostgreSQL migrations (env GRAPHSYNC_SKIP_NEO4J)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	embedder, _, err := openEmbedder(embedCfg)
+	if err != nil {
+		return err
+	}
+	if embedder != nil {
+		defer embedder.Close()
 	}
 	pool, err := conn.openPostgres(ctx, 2)
 	if err != nil {
@@ -37,7 +49,14 @@ func runMigrate(ctx context.Context, args []string) error {
 			return err
 		}
 		driverClose = func() { driver.Close(ctx) }
-		ensureGraph = func() error { return projector.EnsureSchema(ctx, driver) }
+		ensureGraph = func() error {
+			if err := projector.EnsureSchema(ctx, driver); err != nil || embedder == nil {
+				return err
+			}
+			// The vector index takes the embedder's dimension; none leaves
+			// it as it is.
+			return stage.EnsureVectorIndex(ctx, driver, "", graphmodel.Default, embedder.Dimension())
+		}
 		defer driverClose()
 	}
 	applied, err := gsql.Migrate(ctx, pool, gsql.WhileWaiting(func(holder int64) {

@@ -20,6 +20,8 @@ import (
 	"github.com/sourcegraph/conc/pool"
 	"go.uber.org/zap"
 
+	"graphsync/embed"
+	"graphsync/embed/stage"
 	"graphsync/events"
 	"graphsync/projector"
 	"graphsync/redact"
@@ -40,10 +42,12 @@ type syncFlags struct {
 	driftSample    float64
 	notifyTrigger  bool
 	projector      projector.Config
+	embedder       embed.Config
 }
 
 func (f *syncFlags) register(fs *flag.FlagSet) {
 	f.conn.register(fs, true)
+	f.embedder.RegisterFlags(fs)
 	fs.StringVar(&f.wake, "wake", "poll", "wake mode: poll, notify or stream (env GRAPHSYNC_WAKE)")
 	fs.StringVar(&f.httpAddr, "http-addr", ":8080", "address of /metrics, /healthz and /readyz; empty disables (env GRAPHSYNC_HTTP_ADDR)")
 	fs.StringVar(&f.relay.ID, "relay-id", "", "this process's name in the batches it claims, outbox_batches.holder (default host-pid-random)")
@@ -215,7 +219,18 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) (err error) {
 		}
 		defer listener.Close() // Serve closes it too; a second Close does nothing
 	}
-	pgPool, err := f.conn.openPostgres(ctx, int32(f.relay.Workers*2+6))
+	// The model before any connection: missing files stop the service at
+	// once (exit 2), naming the file and make model.
+	embedder, modelLoad, err := openEmbedder(f.embedder)
+	if err != nil {
+		return err
+	}
+	if embedder != nil {
+		defer embedder.Close()
+		f.projector.EmbeddingModel = embedder.Model()
+		log.Info("embedding model loaded", zap.String("model", embedder.Model()), zap.Int("dimension", embedder.Dimension()), zap.Duration("took", modelLoad))
+	}
+	pgPool, err := f.conn.openPostgres(ctx, int32(f.relay.Workers*2+8))
 	if err != nil {
 		return err
 	}
@@ -243,6 +258,14 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) (err error) {
 	registry.MustRegister(sink.Collectors()...)
 	metrics := relay.NewMetrics()
 	registry.MustRegister(metrics.Collectors(pgPool)...)
+	var embedding *stage.Stage
+	if embedder != nil {
+		if embedding, err = stage.New(driver, stage.NewCache(pgPool), embedder, stage.Config{}, log.Named("embedding")); err != nil {
+			return err
+		}
+		embedding.SetModelLoad(modelLoad)
+		registry.MustRegister(embedding.Collectors()...)
+	}
 	rel, err := relay.New(pgPool, sink, f.relay, log.Named("relay"), metrics)
 	if err != nil {
 		return usageError{err.Error()}
@@ -284,6 +307,11 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) (err error) {
 			defer cancel()
 			return server.Shutdown(shutdownCtx)
 		})
+	}
+	if embedding != nil {
+		// Off the write path: the relay and the projector never wait for
+		// it, and its failures are retried with backoff inside Run.
+		tasks.Go(func(context.Context) error { return embedding.Run(runCtx) })
 	}
 	if f.driftEvery > 0 {
 		watch := newDriftWatch()
