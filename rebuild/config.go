@@ -3,6 +3,7 @@ package rebuild
 import (
 	"errors"
 	"fmt"
+	"graphsync/embed/stage"
 	"time"
 
 	"graphsync/graphmodel"
@@ -82,6 +83,12 @@ type Config struct {
 	// wrote is as old as its start, and the graph may have lost it since).
 	// Default: DefaultResumeWithin.
 	ResumeWithin time.Duration
+	// Embedding, when set, makes the rebuild write vectors: after the
+	// sweep, which queues every node without a current vector, the stage
+	// drains the scope's backlog (from the cache first), and the drift
+	// checks compare vectors too (ADR 0023). Sink must then be a projector
+	// with the stage's embedding model. Default: nil, no vectors.
+	Embedding *stage.Stage
 }
 
 func (c Config) withDefaults() Config {
@@ -128,7 +135,7 @@ func (c Config) validate() error {
 
 // Progress is where a rebuild stands.
 type Progress struct {
-	Phase  string // "replay", "snapshot", "sweep", "check"
+	Phase  string // "replay", "snapshot", "sweep", "embed", "check"
 	Done   int64  // rows or events of the base phase done so far
 	Total  int64  // rows or events the base phase reads (counted at its start)
 	Chunks int64

@@ -34,6 +34,9 @@ type Result struct {
 	// the first was.
 	NotApplied     int64
 	FirstRejection string
+	// Embedded and EmbeddedFromCache count the distinct texts whose vectors
+	// the embedder computed and the cache gave (Config.Embedding).
+	Embedded, EmbeddedFromCache int
 	// Repaired lists what the sweep changed.
 	Repaired []string
 	// Report is the final drift check of the scope.
@@ -60,8 +63,12 @@ func New(pool *pgxpool.Pool, driver neo4j.DriverWithContext, cfg Config, log *za
 	if log == nil {
 		log = zap.NewNop()
 	}
+	var vectors *drift.VectorCheck
+	if cfg.Embedding != nil {
+		vectors = &drift.VectorCheck{Model: cfg.Embedding.Embedder().Model(), Dimension: cfg.Embedding.Embedder().Dimension()}
+	}
 	checker, err := drift.New(pool, driver, drift.Config{TenantID: cfg.TenantID, RecheckAfter: cfg.RecheckAfter,
-		Database: cfg.Database, Model: cfg.Model}, log)
+		Database: cfg.Database, Model: cfg.Model, Vectors: vectors}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +164,17 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 			break
 		}
 	}
-	if report.DriftTotal > 0 || report.SuspectsCapped > 0 || len(report.Repaired) > 0 {
+	embedded := false
+	if b.cfg.Embedding != nil {
+		b.cfg.Progress(Progress{Phase: "embed", Done: cp.done, Total: cp.done, Chunks: cp.chunks, Resumed: resumed})
+		round, err := b.cfg.Embedding.Drain(ctx)
+		if err != nil {
+			return res, fmt.Errorf("embed: %w", err)
+		}
+		res.Embedded, res.EmbeddedFromCache = round.Embedded, round.Cached
+		embedded = round.Written > 0
+	}
+	if report.DriftTotal > 0 || report.SuspectsCapped > 0 || len(report.Repaired) > 0 || embedded {
 		b.cfg.Progress(Progress{Phase: "check", Done: cp.done, Total: cp.done, Chunks: cp.chunks, Resumed: resumed})
 		if report, err = b.checker.Run(ctx, false); err != nil {
 			return res, fmt.Errorf("final drift check: %w", err)

@@ -16,6 +16,8 @@ import (
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
 	"graphsync/drift"
+	"graphsync/embed"
+	"graphsync/embed/stage"
 	"graphsync/redact"
 )
 
@@ -26,6 +28,8 @@ func runDrift(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("drift", flag.ContinueOnError)
 	var conn connFlags
 	conn.register(fs, true)
+	var embedCfg embed.Config
+	embedCfg.RegisterFlags(fs)
 	format := fs.String("format", "markdown", "markdown or json")
 	out := fs.String("out", "", "write the report to FILE instead of standard output")
 	tenant := fs.Int64("tenant", 0, "check one tenant only")
@@ -68,9 +72,18 @@ func runDrift(ctx context.Context, args []string) error {
 		}
 		defer file.close() //nolint:errcheck // closed and checked below once written
 	}
+	embedder, _, err := openEmbedder(embedCfg)
+	if err != nil {
+		return exitError{2, oneLine(err.Error())}
+	}
+	cfg := drift.Config{TenantID: *tenant, Sample: *sampleShare, RecheckAfter: recheckAfter}
+	if embedder != nil {
+		defer embedder.Close()
+		cfg.Vectors = &drift.VectorCheck{Model: embedder.Model(), Dimension: embedder.Dimension()}
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	report, err := checkDrift(ctx, conn, drift.Config{TenantID: *tenant, Sample: *sampleShare, RecheckAfter: recheckAfter}, *repair)
+	report, err := checkDrift(ctx, conn, cfg, *repair, embedder)
 	if err != nil && report == nil {
 		// No report: the comparison did not finish, and a --repair starts
 		// only after it.
@@ -111,7 +124,7 @@ func runDrift(ctx context.Context, args []string) error {
 	return nil
 }
 
-func checkDrift(ctx context.Context, conn connFlags, cfg drift.Config, repair bool) (report *drift.Report, err error) {
+func checkDrift(ctx context.Context, conn connFlags, cfg drift.Config, repair bool, embedder embed.Embedder) (report *drift.Report, err error) {
 	log, err := conn.logger()
 	if err != nil {
 		return nil, err
@@ -125,6 +138,27 @@ func checkDrift(ctx context.Context, conn connFlags, cfg drift.Config, repair bo
 		report, err = checker.Run(ctx, repair)
 		if err != nil {
 			return fmt.Errorf("%s", redact.Text(err.Error()))
+		}
+		if !repair || embedder == nil {
+			return nil
+		}
+		// The repair queued the nodes whose vectors drifted; the stage
+		// writes their vectors now, from the cache first.
+		scfg := stage.Config{BatchSize: 256}
+		if cfg.TenantID != 0 {
+			scfg.Tenants = []int64{cfg.TenantID}
+		}
+		s, err := stage.New(driver, stage.NewCache(pool), embedder, scfg, log.Named("embedding"))
+		if err != nil {
+			return err
+		}
+		round, err := s.Drain(ctx)
+		if round.Written > 0 {
+			report.Repaired = append(report.Repaired, fmt.Sprintf("wrote vectors: %d (%d texts from the cache, %d embedded)",
+				round.Written, round.Cached, round.Embedded))
+		}
+		if err != nil {
+			return fmt.Errorf("write vectors: %s", redact.Text(err.Error()))
 		}
 		return nil
 	})

@@ -18,6 +18,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/term"
 
+	"graphsync/embed"
+	"graphsync/embed/stage"
 	"graphsync/events"
 	"graphsync/projector"
 	"graphsync/rebuild"
@@ -32,6 +34,8 @@ func runRebuild(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("rebuild", flag.ContinueOnError)
 	var conn connFlags
 	conn.register(fs, true)
+	var embedCfg embed.Config
+	embedCfg.RegisterFlags(fs)
 	tenant := fs.Int64("tenant", 0, "rebuild one tenant only; every other tenant's nodes are left untouched")
 	sourceName := fs.String("source", "auto", "auto (replay when the history is complete, else snapshot), replay or snapshot")
 	chunk := fs.Int("chunk-size", rebuild.DefaultChunkSize, "rows or events per chunk read, written and checkpointed")
@@ -84,9 +88,16 @@ func runRebuild(ctx context.Context, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	embedder, _, err := openEmbedder(embedCfg)
+	if err != nil {
+		return exitError{2, oneLine(err.Error())}
+	}
+	if embedder != nil {
+		defer embedder.Close()
+	}
 	res, err := rebuildScope(ctx, conn, rebuild.Config{TenantID: *tenant, Source: source, ChunkSize: *chunk, RecheckAfter: recheckAfter,
 		Restart: *restart, ResumeWithin: *resumeWithin},
-		limits, *progressMode == "bar" || (*progressMode == "auto" && term.IsTerminal(int(os.Stderr.Fd()))))
+		limits, embedder, *progressMode == "bar" || (*progressMode == "auto" && term.IsTerminal(int(os.Stderr.Fd()))))
 	if err != nil {
 		if ctx.Err() != nil {
 			return exitError{2, "stopped; the checkpoint keeps what was done: run graphsync rebuild again with the same scope to resume"}
@@ -102,13 +113,24 @@ func runRebuild(ctx context.Context, args []string) error {
 	return nil
 }
 
-func rebuildScope(ctx context.Context, conn connFlags, cfg rebuild.Config, limits events.Limits, bar bool) (res *rebuild.Result, err error) {
+func rebuildScope(ctx context.Context, conn connFlags, cfg rebuild.Config, limits events.Limits, embedder embed.Embedder, bar bool) (res *rebuild.Result, err error) {
 	log, err := conn.logger()
 	if err != nil {
 		return nil, err
 	}
 	err = conn.withServers(ctx, 6, func(pool *pgxpool.Pool, driver neo4j.DriverWithContext) error {
-		sink, err := projector.New(driver, projector.Config{Limits: limits}, log.Named("projector"))
+		pcfg := projector.Config{Limits: limits}
+		if embedder != nil {
+			pcfg.EmbeddingModel = embedder.Model()
+			scfg := stage.Config{BatchSize: 256}
+			if cfg.TenantID != 0 {
+				scfg.Tenants = []int64{cfg.TenantID}
+			}
+			if cfg.Embedding, err = stage.New(driver, stage.NewCache(pool), embedder, scfg, log.Named("embedding")); err != nil {
+				return err
+			}
+		}
+		sink, err := projector.New(driver, pcfg, log.Named("projector"))
 		if err != nil {
 			return err
 		}
@@ -150,6 +172,10 @@ func (p *rebuildProgress) update(pr rebuild.Progress) {
 	if pr.Phase != p.phase {
 		p.finish()
 		p.phase, p.started, p.first, p.lastLog = pr.Phase, time.Now(), pr.Done, time.Time{}
+		if p.useBar && pr.Phase == "embed" {
+			fmt.Fprintln(os.Stderr, "embed: writing vectors (from the embedding cache first)")
+			return
+		}
 		if p.useBar && (pr.Phase == "sweep" || pr.Phase == "check") {
 			// One drift pass each: no count to show, only what runs.
 			fmt.Fprintf(os.Stderr, "%s: comparing PostgreSQL with the graph (drift check%s)\n", pr.Phase,
@@ -223,6 +249,9 @@ func writeRebuildSummary(w io.Writer, tenant int64, res *rebuild.Result) error {
 	}
 	for _, r := range res.Repaired {
 		fmt.Fprintf(w, "- sweep: %s\n", r)
+	}
+	if res.Embedded+res.EmbeddedFromCache > 0 {
+		fmt.Fprintf(w, "- embed: %d texts from the cache, %d embedded\n", res.EmbeddedFromCache, res.Embedded)
 	}
 	fmt.Fprintf(w, "- took: %s\n\n", res.Took.Round(time.Millisecond))
 	return res.Report.WriteMarkdown(w, 0)

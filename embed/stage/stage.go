@@ -112,6 +112,10 @@ func New(driver neo4j.DriverWithContext, cache *Cache, embedder embed.Embedder, 
 // Collectors returns the stage's Prometheus collectors.
 func (s *Stage) Collectors() []prometheus.Collector { return s.metrics.collectors() }
 
+// Embedder is the stage's embedder: its model and dimension are what
+// drift checks vectors against.
+func (s *Stage) Embedder() embed.Embedder { return s.embedder }
+
 // SetModelLoad records how long opening the embedder took.
 func (s *Stage) SetModelLoad(d time.Duration) { s.metrics.modelLoad.Set(d.Seconds()) }
 
