@@ -2,6 +2,7 @@ package stage_test
 
 import (
 	"context"
+	"fmt"
 	"encoding/json"
 	"math/rand/v2"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
 	"graphsync/cypher"
+	"graphsync/drift"
 	"graphsync/embed/stage"
 	"graphsync/events"
 	"graphsync/graphmodel"
@@ -88,7 +90,7 @@ func (w *world) deliver(evs ...events.Event) {
 }
 
 func productState(id, version int64, name, description string, price int64) events.ProductState {
-	return events.ProductState{ID: id, Version: version, SKU: "SKU-1", Name: name, Description: description,
+	return events.ProductState{ID: id, Version: version, SKU: fmt.Sprintf("SKU-%d", id), Name: name, Description: description,
 		PriceCents: price, Currency: "EUR", Status: "active"}
 }
 
@@ -292,5 +294,76 @@ func TestVectorIndexFollowsTheDimension(t *testing.T) {
 		if got := read(); got != int64(dim) {
 			t.Fatalf("vector index of %d dimensions, want %d", got, dim)
 		}
+	}
+}
+
+// Drift reports each kind of vector drift as its own kind, and --repair
+// (mark, then the stage's drain) fixes them all.
+func TestDriftReportsAndRepairsVectors(t *testing.T) {
+	w := newWorld(t)
+	s := w.stage(stage.Config{})
+	if _, err := w.pool.Exec(w.ctx, `INSERT INTO tenants (id, name) VALUES ($1, 'vectors')`, w.tenant); err != nil {
+		t.Fatal(err)
+	}
+	var evs []events.Event
+	for i := int64(1); i <= 5; i++ {
+		p := productState(i, 1, fmt.Sprintf("Bowl %d", i), "Stoneware bowl, glazed", 1200)
+		if _, err := w.pool.Exec(w.ctx, `INSERT INTO products (id, tenant_id, sku, name, description, price_cents, currency, status, version)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, p.ID, w.tenant, p.SKU, p.Name, p.Description, p.PriceCents, p.Currency, p.Status, p.Version); err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, events.ProductCreated{ProductState: p})
+	}
+	w.deliver(evs...)
+	drain(t, s, w.ctx)
+	check := func(repair bool) *drift.Report {
+		t.Helper()
+		c, err := drift.New(w.pool, w.driver, drift.Config{TenantID: w.tenant, RecheckAfter: drift.NoRecheckWait,
+			Vectors: &drift.VectorCheck{Model: w.emb.Model(), Dimension: w.emb.Dimension()}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		report, err := c.Run(w.ctx, repair)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return report
+	}
+	if r := check(false); r.DriftTotal != 0 {
+		t.Fatalf("drift %d before anything was planted: %+v", r.DriftTotal, r.Counts)
+	}
+	plant := map[int64]string{
+		1: "REMOVE n.embedding, n.embedding_hash, n.embedding_model",
+		2: "SET n.embedding_model = 'another-model'",
+		3: "SET n.embedding = [0.5, 0.5, 0.5]",
+		4: "SET n.embedding_hash = 'not the text'",
+	}
+	for id, change := range plant {
+		// Test-only Cypher of constants; the values are parameters.
+		if _, err := neo4j.ExecuteQuery(w.ctx, w.driver, "MATCH (n:Product {tenant_id: $tenant, id: $id}) "+change,
+			map[string]any{"tenant": w.tenant, "id": id}, neo4j.EagerResultTransformer); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := check(true)
+	want := map[drift.Kind]int{drift.MissingEmbedding: 1, drift.WrongEmbeddingModel: 1, drift.WrongEmbeddingDimension: 1, drift.StaleEmbedding: 1}
+	got := map[drift.Kind]int{}
+	for _, c := range r.Counts {
+		got[c.Kind] += c.Count
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("drift kinds %v, want %v", got, want)
+	}
+	if len(r.Repaired) == 0 {
+		t.Fatal("repair changed nothing")
+	}
+	if round := drain(t, s, w.ctx); round.Written != 4 || round.Embedded != 0 {
+		t.Fatalf("drain after the repair: %+v, want 4 written from the cache", round)
+	}
+	if r := check(false); r.DriftTotal != 0 {
+		t.Fatalf("drift %d after the repair: %+v", r.DriftTotal, r.Counts)
+	}
+	for i := int64(1); i <= 5; i++ {
+		w.current(i)
 	}
 }
