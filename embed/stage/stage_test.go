@@ -2,8 +2,8 @@ package stage_test
 
 import (
 	"context"
-	"fmt"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
