@@ -80,6 +80,15 @@ bench: services-up build
 	$(MAKE) --no-print-directory bench-drift
 	$(MAKE) --no-print-directory bench-rebuild
 	$(MAKE) --no-print-directory bench-context
+	$(MAKE) --no-print-directory bench-embed
+
+# The embedding stage (ADR 0023): its embeddings/s against the same run's
+# bare model loop on the same texts (EMBED_TEXTS products), and a rebuild
+# with vectors from a warm cache against --embedder none
+# (EMBED_REBUILD_NODES nodes, a fifth of them products).
+bench-embed: services-up
+	. $(ENV_FILE) && $(GO) test -run '^$$' -bench BenchmarkStageEmbeddings -benchtime 1x -timeout 60m ./embed/stage -args -stage-texts=$${EMBED_TEXTS:-512}
+	. $(ENV_FILE) && $(GO) test -run '^$$' -bench BenchmarkRebuildEmbeddings -benchtime 1x -timeout 120m ./rebuild -args -rebuild-embed-nodes=$${EMBED_REBUILD_NODES:-100000}
 
 # GraphRAG retrieval: p50/p99 of graphsync context on a 1M-node graph for 100
 # questions, beside the bare tenant-filtered fulltext query of the same run.
