@@ -14,7 +14,7 @@ GO ?= go
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 ENV_FILE := .local/services.env
 
-.PHONY: build model services-up services-down services-status test test-unit test-e2e demo bench bench-relay bench-context bench-drift bench-rebuild vet clean
+.PHONY: build model services-up services-down services-status test test-unit test-e2e demo bench bench-relay bench-context bench-drift bench-rebuild bench-embed vet clean
 
 build:
 	$(GO) build -o bin/graphsync ./cmd/graphsync
