@@ -85,10 +85,14 @@ bench: services-up build
 # The embedding stage (ADR 0023): its embeddings/s against the same run's
 # bare model loop on the same texts (EMBED_TEXTS products), and a rebuild
 # with vectors from a warm cache against --embedder none
-# (EMBED_REBUILD_NODES nodes, a fifth of them products).
+# (EMBED_REBUILD_NODES nodes, a fifth of them products); then sync's
+# commit-to-graph latency at 500 events/s with --embedder none and onnx in
+# the same run, every EMBED_TEXT_EVERYth probe a text change.
 bench-embed: services-up
 	. $(ENV_FILE) && $(GO) test -run '^$$' -bench BenchmarkStageEmbeddings -benchtime 1x -timeout 60m ./embed/stage -args -stage-texts=$${EMBED_TEXTS:-512}
 	. $(ENV_FILE) && $(GO) test -run '^$$' -bench BenchmarkRebuildEmbeddings -benchtime 1x -timeout 120m ./rebuild -args -rebuild-embed-nodes=$${EMBED_REBUILD_NODES:-100000}
+	$(MAKE) --no-print-directory build
+	. $(ENV_FILE) && $(GO) run ./bench -scenarios latency -modes stream -embedders none,onnx -latency-text-every $${EMBED_TEXT_EVERY:-20} $${EMBED_LATENCY_ARGS:-}
 
 # GraphRAG retrieval: p50/p99 of graphsync context on a 1M-node graph for 100
 # questions, beside the bare tenant-filtered fulltext query of the same run.
