@@ -83,11 +83,13 @@ type Config struct {
 	// wrote is as old as its start, and the graph may have lost it since).
 	// Default: DefaultResumeWithin.
 	ResumeWithin time.Duration
-	// Embedding, when set, makes the rebuild write vectors: after the
-	// sweep, which queues every node without a current vector, the stage
-	// drains the scope's backlog (from the cache first), and the drift
-	// checks compare vectors too (ADR 0023). Sink must then be a projector
-	// with the stage's embedding model. Default: nil, no vectors.
+	// Embedding, when set, makes the rebuild write vectors: the stage
+	// drains the scope's backlog (from the cache first) after the base
+	// phase (the replay's projector queues every product it writes) and
+	// again after a sweep that repaired something (it queues every node
+	// without a current vector), and the drift checks compare vectors too
+	// (ADR 0023). Sink must then be a projector with the stage's embedding
+	// model. Default: nil, no vectors.
 	Embedding *stage.Stage
 }
 

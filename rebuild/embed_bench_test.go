@@ -3,6 +3,8 @@ package rebuild
 import (
 	"context"
 	"flag"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,6 +53,24 @@ func BenchmarkRebuildEmbeddings(b *testing.B) {
 		wipe(b, driver, tenants)
 		pcfg := projector.Config{}
 		cfg := Config{TenantID: 0, ChunkSize: DefaultChunkSize, RecheckAfter: time.Millisecond}
+		// Where the time goes: each phase's share, logged.
+		phase, phaseStart := "", time.Now()
+		var phases []string
+		endPhase := func() {
+			if phase != "" {
+				phases = append(phases, fmt.Sprintf("%s %s", phase, time.Since(phaseStart).Round(time.Millisecond)))
+			}
+		}
+		cfg.Progress = func(p Progress) {
+			if p.Phase != phase {
+				endPhase()
+				phase, phaseStart = p.Phase, time.Now()
+			}
+		}
+		defer func() {
+			endPhase()
+			b.Logf("vectors %t: %s", withVectors, strings.Join(phases, ", "))
+		}()
 		if withVectors {
 			pcfg.EmbeddingModel = embedder.Model()
 			s, err := stage.New(driver, stage.NewCache(pool), embedder, stage.Config{BatchSize: 256}, zap.NewNop())

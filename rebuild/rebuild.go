@@ -150,6 +150,14 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 		}
 	}
 	res.Done, res.Chunks = cp.done, cp.chunks
+	// Vectors before the sweep: the replay's projector queued every product
+	// it wrote, so the sweep then finds their vectors current, and a sweep
+	// that repairs nothing is the final check (no second pass for the
+	// vectors). What the sweep queues (a snapshot writes no marks, a
+	// repaired text) is embedded after it, and checked again.
+	if err := b.embed(ctx, cp, res, resumed); err != nil {
+		return res, err
+	}
 	b.cfg.Progress(Progress{Phase: "sweep", Done: cp.done, Total: cp.done, Chunks: cp.chunks, Resumed: resumed})
 	// The sweep: what the guards kept stale, and what no row backs. A
 	// capped check repairs the first MaxSuspects differences; go again.
@@ -164,17 +172,12 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 			break
 		}
 	}
-	embedded := false
-	if b.cfg.Embedding != nil {
-		b.cfg.Progress(Progress{Phase: "embed", Done: cp.done, Total: cp.done, Chunks: cp.chunks, Resumed: resumed})
-		round, err := b.cfg.Embedding.Drain(ctx)
-		if err != nil {
-			return res, fmt.Errorf("embed: %w", err)
+	if len(report.Repaired) > 0 {
+		if err := b.embed(ctx, cp, res, resumed); err != nil {
+			return res, err
 		}
-		res.Embedded, res.EmbeddedFromCache = round.Embedded, round.Cached
-		embedded = round.Written > 0
 	}
-	if report.DriftTotal > 0 || report.SuspectsCapped > 0 || len(report.Repaired) > 0 || embedded {
+	if report.DriftTotal > 0 || report.SuspectsCapped > 0 || len(report.Repaired) > 0 {
 		b.cfg.Progress(Progress{Phase: "check", Done: cp.done, Total: cp.done, Chunks: cp.chunks, Resumed: resumed})
 		if report, err = b.checker.Run(ctx, false); err != nil {
 			return res, fmt.Errorf("final drift check: %w", err)
@@ -207,6 +210,22 @@ func checkSequenceCache(ctx context.Context, pool *pgxpool.Pool) error {
 	if cache > 1 {
 		return fmt.Errorf("%w (CACHE %d): a snapshot needs CACHE 1, as the migrations create it, to know which events its reads did not see; "+
 			"run ALTER TABLE outbox_messages ALTER COLUMN id SET CACHE 1, or rebuild with --source replay", ErrSequenceCached, cache)
+	}
+	return nil
+}
+
+// embed drains the embedding stage's backlog of the scope, when the
+// rebuild writes vectors.
+func (b *Rebuilder) embed(ctx context.Context, cp *checkpoint, res *Result, resumed bool) error {
+	if b.cfg.Embedding == nil {
+		return nil
+	}
+	b.cfg.Progress(Progress{Phase: "embed", Done: cp.done, Total: cp.done, Chunks: cp.chunks, Resumed: resumed})
+	round, err := b.cfg.Embedding.Drain(ctx)
+	res.Embedded += round.Embedded
+	res.EmbeddedFromCache += round.Cached
+	if err != nil {
+		return fmt.Errorf("embed: %w", err)
 	}
 	return nil
 }
