@@ -69,8 +69,8 @@ type benchConfig struct {
 	// latencyTextEvery: every this many probes also changes the product's
 	// description (a text change the stage embeds); 0 never.
 	latencyTextEvery int
-	latencyDuration      time.Duration
-	latencyWarmUp        time.Duration
+	latencyDuration  time.Duration
+	latencyWarmUp    time.Duration
 	// residentNodes is the size of the graph of other tenants that stays in
 	// Neo4j for the whole run (see resident.go).
 	residentNodes int64
