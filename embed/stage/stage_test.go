@@ -370,3 +370,35 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, p.ID, w.tenant, p.SKU, p.Name, p.D
 		w.current(w.id(i))
 	}
 }
+
+// The backlog is an index lookup: the pending read scans the pending
+// mark's range index in order and stops at its limit, without a sort of
+// every pending node (a backlog of a million must cost what a batch costs).
+func TestPendingReadScansTheIndexInOrder(t *testing.T) {
+	driver := teststack.Neo4j(t)
+	ctx := context.Background()
+	if err := projector.EnsureSchema(ctx, driver); err != nil {
+		t.Fatal(err)
+	}
+	for _, tenants := range []any{nil, []int64{1, 2}} {
+		res, err := neo4j.ExecuteQuery(ctx, driver, "EXPLAIN "+cypher.EmbeddingPendingText(graphmodel.DefaultEmbedding),
+			map[string]any{"limit": int64(64), "tenants": tenants}, neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var operators []string
+		var walk func(p neo4j.Plan)
+		walk = func(p neo4j.Plan) {
+			operators = append(operators, fmt.Sprintf("%s %v", p.Operator(), p.Arguments()["Details"]))
+			for _, c := range p.Children() {
+				walk(c)
+			}
+		}
+		walk(res.Summary.Plan())
+		plan := strings.Join(operators, "\n")
+		if !strings.Contains(plan, "NodeIndexScan") || !strings.Contains(plan, graphmodel.PropEmbeddingPending) ||
+			strings.Contains(plan, "Sort") || strings.Contains(plan, "NodeByLabelScan") {
+			t.Fatalf("tenants %v: the pending read does not scan the pending index in order:\n%s", tenants, plan)
+		}
+	}
+}
