@@ -14,7 +14,7 @@ GO ?= go
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 ENV_FILE := .local/services.env
 
-.PHONY: build model services-up services-down services-status test test-unit test-graphrag test-e2e demo bench bench-relay bench-context bench-drift bench-rebuild vet clean
+.PHONY: build model services-up services-down services-status test test-unit test-graphrag test-e2e demo bench bench-relay bench-context bench-drift bench-rebuild bench-embed vet clean
 
 build:
 	$(GO) build -o bin/graphsync ./cmd/graphsync
@@ -86,6 +86,19 @@ bench: services-up build
 	$(MAKE) --no-print-directory bench-drift
 	$(MAKE) --no-print-directory bench-rebuild
 	$(MAKE) --no-print-directory bench-context
+	$(MAKE) --no-print-directory bench-embed
+
+# The embedding stage (ADR 0023): its embeddings/s against the same run's
+# bare model loop on the same texts (EMBED_TEXTS products), and a rebuild
+# with vectors from a warm cache against --embedder none
+# (EMBED_REBUILD_NODES nodes, a fifth of them products); then sync's
+# commit-to-graph latency at 500 events/s with --embedder none and onnx in
+# the same run, every EMBED_TEXT_EVERYth probe a text change.
+bench-embed: services-up
+	. $(ENV_FILE) && $(GO) test -run '^$$' -bench BenchmarkStageEmbeddings -benchtime 1x -timeout 60m ./embed/stage -args -stage-texts=$${EMBED_TEXTS:-512}
+	. $(ENV_FILE) && $(GO) test -run '^$$' -bench BenchmarkRebuildEmbeddings -benchtime 1x -timeout 120m ./rebuild -args -rebuild-embed-nodes=$${EMBED_REBUILD_NODES:-100000}
+	$(MAKE) --no-print-directory build
+	. $(ENV_FILE) && $(GO) run ./bench -scenarios latency -modes stream -embedders none,onnx -latency-text-every $${EMBED_TEXT_EVERY:-20} $${EMBED_LATENCY_ARGS:-}
 
 # GraphRAG retrieval: recall@5 and MRR of lexical, vector and hybrid seeds on
 # the labelled set (retrieve/testdata/quality, the real model); p50/p99 of

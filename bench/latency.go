@@ -40,7 +40,11 @@ var latencySetup = workload.Config{Seed: 5, Tenants: 3, ProductsPerTenant: 20, C
 
 // latencyResult is scenario 2 for one wake mode.
 type latencyResult struct {
+	// Mode is the wake mode, with "+onnx" when sync ran with embeddings
+	// (Embedder).
 	Mode              string      `json:"mode"`
+	Embedder          string      `json:"embedder"`
+	TextChangeEvery   int         `json:"text_change_every,omitempty"`
 	OfferedPerSec     int         `json:"offered_events_per_sec"`
 	AchievedPerSec    float64     `json:"achieved_events_per_sec"`
 	DurationSeconds   float64     `json:"duration_seconds"`
@@ -70,11 +74,18 @@ type probeProduct struct {
 
 // runLatency offers single-event transactions at a fixed rate while sync
 // runs and measures each one's commit-to-graph latency.
-func runLatency(ctx context.Context, st *stack, cfg benchConfig, mode string, log *zap.Logger) (result latencyResult, err error) {
-	result = latencyResult{Mode: mode, OfferedPerSec: cfg.latencyRate, Measure: latencyMeasure,
+func runLatency(ctx context.Context, st *stack, cfg benchConfig, mode, embedder string, log *zap.Logger) (result latencyResult, err error) {
+	label := mode
+	if embedder != "none" {
+		label = mode + "+" + embedder
+	}
+	result = latencyResult{Mode: label, Embedder: embedder, TextChangeEvery: cfg.latencyTextEvery, OfferedPerSec: cfg.latencyRate, Measure: latencyMeasure,
 		ProbeEvent: events.TypeProductPriceChanged + " (UPDATE products ... version+1 and events.Enqueue, one per transaction, as graphsync_app)"}
-	log = log.With(zap.String("scenario", "latency"), zap.String("mode", mode))
-	sc, err := st.newScenario(ctx, "lat_"+mode, log)
+	if cfg.latencyTextEvery > 0 {
+		result.ProbeEvent += fmt.Sprintf("; every %dth a %s that also changes the description", cfg.latencyTextEvery, events.TypeProductUpdated)
+	}
+	log = log.With(zap.String("scenario", "latency"), zap.String("mode", mode), zap.String("embedder", embedder))
+	sc, err := st.newScenario(ctx, "lat_"+mode+"_"+embedder, log)
 	if err != nil {
 		return result, err
 	}
@@ -85,7 +96,7 @@ func runLatency(ctx context.Context, st *stack, cfg benchConfig, mode string, lo
 			err = errors.Join(err, fmt.Errorf("clean up: %w", cleanErr))
 		}
 	}()
-	if err := sc.startSync(ctx, syncSettings{mode: mode, batchSize: cfg.batchSize, workers: cfg.workers}); err != nil {
+	if err := sc.startSync(ctx, syncSettings{mode: mode, batchSize: cfg.batchSize, workers: cfg.workers, embedder: embedder}); err != nil {
 		return result, err
 	}
 	if _, err := sc.warmUp(ctx, latencySetup); err != nil {
@@ -115,7 +126,7 @@ func runLatency(ctx context.Context, st *stack, cfg benchConfig, mode string, lo
 		floor, err := measureNeo4jFloor(floorCtx, sc.st.driver, cfg.latencyDuration)
 		floorDone <- floorOutcome{floor, err}
 	}()
-	committed, txTook, commitTook, err := offer(ctx, sc, products, cfg.latencyRate, total, cfg.latencyWarmUp+cfg.latencyDuration)
+	committed, txTook, commitTook, err := offer(ctx, sc, products, cfg.latencyRate, total, cfg.latencyTextEvery, cfg.latencyWarmUp+cfg.latencyDuration)
 	if err != nil {
 		stopFloor()
 		<-floorDone
@@ -217,7 +228,7 @@ func loadProducts(ctx context.Context, sc *scenario) ([]*probeProduct, error) {
 // at n/rate whether or not earlier ones have committed. It returns when
 // each probe's COMMIT was sent, and how long each transaction and each
 // commit call took, in ms.
-func offer(ctx context.Context, sc *scenario, products []*probeProduct, rate, total int, duration time.Duration) (committed []time.Time, txTook, commitTook []float64, err error) {
+func offer(ctx context.Context, sc *scenario, products []*probeProduct, rate, total, textEvery int, duration time.Duration) (committed []time.Time, txTook, commitTook []float64, err error) {
 	committed = make([]time.Time, total)
 	txTook = make([]float64, total)
 	commitTook = make([]float64, total)
@@ -232,7 +243,7 @@ func offer(ctx context.Context, sc *scenario, products []*probeProduct, rate, to
 		group.Go(func() error {
 			for n := range queues[w] {
 				product := products[n%len(products)]
-				timing, err := reprice(groupCtx, sc, product, n)
+				timing, err := reprice(groupCtx, sc, product, n, textEvery > 0 && n%textEvery == 0)
 				if err != nil {
 					return err
 				}
@@ -278,7 +289,9 @@ type probeTiming struct {
 
 // reprice changes a product's price and enqueues its ProductPriceChanged in
 // one transaction, as an application does, tagged with the probe's number.
-func reprice(ctx context.Context, sc *scenario, product *probeProduct, n int) (probeTiming, error) {
+// With changeText it also rewrites the description and enqueues a
+// ProductUpdated: a text change the embedding stage embeds.
+func reprice(ctx context.Context, sc *scenario, product *probeProduct, n int, changeText bool) (probeTiming, error) {
 	var timing probeTiming
 	oldPrice := product.state.PriceCents
 	newPrice := oldPrice + 100
@@ -292,7 +305,7 @@ func reprice(ctx context.Context, sc *scenario, product *probeProduct, n int) (p
 	}
 	// A no-op once committed.
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-	state, err := repriceIn(ctx, tx, product, newPrice, oldPrice, n)
+	state, err := repriceIn(ctx, tx, product, newPrice, oldPrice, n, changeText)
 	if err != nil {
 		return timing, fmt.Errorf("probe %d: %w", n, err)
 	}
@@ -309,14 +322,19 @@ func reprice(ctx context.Context, sc *scenario, product *probeProduct, n int) (p
 	return timing, nil
 }
 
-func repriceIn(ctx context.Context, tx pgx.Tx, product *probeProduct, newPrice, oldPrice int64, n int) (events.ProductState, error) {
+func repriceIn(ctx context.Context, tx pgx.Tx, product *probeProduct, newPrice, oldPrice int64, n int, changeText bool) (events.ProductState, error) {
 	var state events.ProductState
 	if _, err := tx.Exec(ctx, query("tx_scope"), "graphsync_app", strconv.FormatInt(product.tenantID, 10)); err != nil {
 		return state, fmt.Errorf("scope transaction: %w", err)
 	}
 	var categoryID *int64
 	var categoryName *string
-	err := tx.QueryRow(ctx, query("product_set_price"), product.state.ID, product.state.Version, newPrice).Scan(
+	var description *string
+	if changeText {
+		text := fmt.Sprintf("Revised for probe %d: a sturdy product for the kitchen, the garden or the desk, in colour %d.", n, n%17)
+		description = &text
+	}
+	err := tx.QueryRow(ctx, query("product_set_price"), product.state.ID, product.state.Version, newPrice, description).Scan(
 		&state.ID, &state.Version, &state.SKU, &state.Name, &state.Description, &categoryID, &categoryName,
 		&state.PriceCents, &state.Currency, &state.Status)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -328,8 +346,11 @@ func repriceIn(ctx context.Context, tx pgx.Tx, product *probeProduct, newPrice, 
 	if categoryID != nil && categoryName != nil {
 		state.Category = &events.CategoryRef{ID: *categoryID, Name: *categoryName}
 	}
-	err = events.Enqueue(ctx, tx, product.tenantID, events.ProductPriceChanged{ProductState: state, OldPriceCents: &oldPrice},
-		events.WithTraceID(latencyTracePrefix+strconv.Itoa(n)))
+	var ev events.Event = events.ProductPriceChanged{ProductState: state, OldPriceCents: &oldPrice}
+	if changeText {
+		ev = events.ProductUpdated{ProductState: state}
+	}
+	err = events.Enqueue(ctx, tx, product.tenantID, ev, events.WithTraceID(latencyTracePrefix+strconv.Itoa(n)))
 	return state, err
 }
 

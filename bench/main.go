@@ -63,8 +63,14 @@ type benchConfig struct {
 	throughputEvents     int64
 	backlogEvents        []int64
 	latencyRate          int
-	latencyDuration      time.Duration
-	latencyWarmUp        time.Duration
+	// embedders are sync's --embedder values the latency scenario runs
+	// with, each mode once per value, in the same run.
+	embedders []string
+	// latencyTextEvery: every this many probes also changes the product's
+	// description (a text change the stage embeds); 0 never.
+	latencyTextEvery int
+	latencyDuration  time.Duration
+	latencyWarmUp    time.Duration
 	// residentNodes is the size of the graph of other tenants that stays in
 	// Neo4j for the whole run (see resident.go).
 	residentNodes int64
@@ -99,6 +105,8 @@ func parseConfig(args []string) (benchConfig, error) {
 		"(--until-caught-up counts every pending row each 200ms, which slows a 1M backlog down)")
 	scenarios := fs.String("scenarios", strings.Join(allScenarios, ","), "scenarios to run (the ceiling replays the throughput run's events)")
 	rate := fs.Int("rate", 500, "latency scenario: offered events per second")
+	embedders := fs.String("embedders", "none", "latency scenario: sync's --embedder values to run each mode with (none,onnx: embeddings off and on in the same run)")
+	textEvery := fs.Int("latency-text-every", 0, "latency scenario: every this many probes also change the product's description (a text change the embedding stage embeds); 0: price changes only")
 	resident := fs.Int64("resident-nodes", 100_000, "nodes of other tenants kept in Neo4j for the whole run, as a production graph holds them (0: every scenario writes into a nearly empty graph)")
 	latencyDuration := fs.Duration("latency-duration", 20*time.Second, "latency scenario: how long the rate is offered and measured")
 	latencyWarmUp := fs.Duration("latency-warm-up", 0, "latency scenario: how long the rate is offered before the measured part (0: the first probe counts; sync plans its statements as it starts)")
@@ -133,7 +141,7 @@ func parseConfig(args []string) (benchConfig, error) {
 		}
 	}
 	cfg := benchConfig{
-		quick: *quick, scale: *scale, latencyRate: *rate, latencyDuration: *latencyDuration, latencyWarmUp: *latencyWarmUp,
+		quick: *quick, scale: *scale, latencyRate: *rate, latencyTextEvery: *textEvery, latencyDuration: *latencyDuration, latencyWarmUp: *latencyWarmUp,
 		batchSize: *batchSize, workers: *workers, writers: *writers, ordersPerTx: *ordersPerTx,
 		timeout: *timeout, binary: *binary, outDir: *outDir, latencyProbes: *latencyProbes, scenarios: map[string]bool{},
 		backlogUntilCaughtUp: *backlogUntilCaughtUp, residentNodes: max(*resident, 0),
@@ -144,6 +152,12 @@ func parseConfig(args []string) (benchConfig, error) {
 	}
 	if cfg.backlogModes, err = parseList(*backlogModes, allModes, "-backlog-modes"); err != nil {
 		return cfg, err
+	}
+	if cfg.embedders, err = parseList(*embedders, []string{"none", "onnx"}, "-embedders"); err != nil {
+		return cfg, err
+	}
+	if cfg.latencyTextEvery < 0 {
+		return cfg, errors.New("-latency-text-every must be >= 0")
 	}
 	names, err := parseList(*scenarios, allScenarios, "-scenarios")
 	if err != nil {
@@ -332,12 +346,14 @@ func measure(ctx context.Context, cfg benchConfig, log *zap.Logger) (*results, e
 	}
 	if cfg.scenarios["latency"] {
 		for _, mode := range cfg.modes {
-			result, err := runLatency(ctx, st, cfg, mode, log)
-			if err != nil {
-				result.Error = err.Error()
-				log.Error("latency scenario failed", zap.String("mode", mode), zap.Error(err))
+			for _, embedder := range cfg.embedders {
+				result, err := runLatency(ctx, st, cfg, mode, embedder, log)
+				if err != nil {
+					result.Error = err.Error()
+					log.Error("latency scenario failed", zap.String("mode", mode), zap.String("embedder", embedder), zap.Error(err))
+				}
+				res.Latency = append(res.Latency, result)
 			}
-			res.Latency = append(res.Latency, result)
 		}
 	}
 	if cfg.scenarios["backlog"] {

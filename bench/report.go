@@ -258,6 +258,14 @@ func (r *results) print(out io.Writer, path string, writeErr error) {
 					l.Mode, f.Transactions, f.PerSec, f.P50Ms, f.P99Ms, l.P99Ms/f.P99Ms)
 			}
 		}
+		for _, l := range r.Latency {
+			base, ok := r.latencyOf(strings.TrimSuffix(l.Mode, "+"+l.Embedder))
+			if l.Embedder == "none" || l.Embedder == "" || l.Error != "" || !ok || base.Error != "" || base.P99Ms == 0 {
+				continue
+			}
+			fmt.Fprintf(out, "  embeddings on against off, latency %s: p99 %.1fms against %.1fms (%.2fx), p50 %.1fms against %.1fms; same run, same probes.\n",
+				l.Mode, l.P99Ms, base.P99Ms, l.P99Ms/base.P99Ms, l.P50Ms, base.P50Ms)
+		}
 		for _, t := range r.Throughput {
 			if m := t.SyncMetrics; t.Error == "" && m.Batches > 0 {
 				fmt.Fprintf(out, "  sync internals, throughput %s: %d batches of %.0f rows on average; %d claims of %.1fms; projector apply %.0fms per batch, %s in all; mark %.1fms per batch (run: %s).\n",

@@ -25,6 +25,9 @@ type syncSettings struct {
 	batchSize     int
 	workers       int
 	untilCaughtUp bool
+	// embedder is sync's --embedder: "none" (the default, as every figure
+	// before embeddings) or "onnx" (the stage runs beside the relay).
+	embedder string
 }
 
 const (
@@ -72,6 +75,11 @@ func (s *stack) startSync(db *scenarioDB, settings syncSettings) (*syncProcess, 
 	if settings.untilCaughtUp {
 		args = append(args, "--until-caught-up")
 	}
+	embedder := settings.embedder
+	if embedder == "" {
+		embedder = "none"
+	}
+	args = append(args, "--embedder", embedder)
 	logPath := filepath.Join(s.logDir, db.name+".sync.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {

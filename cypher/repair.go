@@ -50,6 +50,12 @@ func RepairNodeText(m graphmodel.Model, label string) (string, error) {
 		sets = append(sets, fmt.Sprintf("n.%[1]s = CASE WHEN coalesce(n.%[2]s, 0) <> row.version THEN 0 ELSE n.%[1]s END",
 			graphmodel.PropOutboxID, graphmodel.PropVersion))
 	}
+	if l.Role == graphmodel.RoleReference {
+		// reset_stamp: drift found an outbox id no event can pass (above
+		// the outbox sequence, PostgreSQL restored from a backup): it goes
+		// back to 0, so every later event that writes the node applies.
+		sets = append(sets, fmt.Sprintf("n.%[1]s = CASE WHEN row.reset_stamp THEN 0 ELSE n.%[1]s END", graphmodel.PropOutboxID))
+	}
 	sets = append(sets, fmt.Sprintf("n.%s = row.version", graphmodel.PropVersion))
 	if m.TenantKeyed(l.Name) {
 		sets = append(sets, fmt.Sprintf("n.%s = %s", graphmodel.KeyTenantKey, TenantKeyExpr("row.tenant_id")))
@@ -183,7 +189,9 @@ func RebuildReferenceText(m graphmodel.Model, label string) (string, error) {
 	fmt.Fprintf(&b, "ON CREATE SET n.%s = 0, n.%s = 0\n", graphmodel.PropVersion, graphmodel.PropOutboxID)
 	b.WriteString(lockNode("n"))
 	fmt.Fprintf(&b, "WITH n, row\nWHERE coalesce(n.%s, 0) < row.below\n", graphmodel.PropOutboxID)
-	sets := []string{fmt.Sprintf("n.%s = row.below - 1", graphmodel.PropOutboxID)}
+	// Reference nodes are written at version 0 (ADR 0003): a version set
+	// by hand would make sync's guard drop every event that writes them.
+	sets := []string{fmt.Sprintf("n.%s = row.below - 1", graphmodel.PropOutboxID), fmt.Sprintf("n.%s = 0", graphmodel.PropVersion)}
 	for _, p := range l.Properties {
 		sets = append(sets, fmt.Sprintf("n.%s = row.props.%s", p.Key, p.Key))
 	}

@@ -32,6 +32,9 @@ type Checker struct {
 	driver neo4j.DriverWithContext
 	cfg    Config
 	log    *zap.Logger
+	// beforeRepair, when set (by tests only), runs between the second
+	// look and the repair: where sync's writes race the repair.
+	beforeRepair func()
 }
 
 // New returns a Checker, or an error naming the setting that is wrong.
@@ -69,6 +72,9 @@ type run struct {
 	// per row).
 	cappedKept map[Kind]int
 	cappedMore map[cappedKey]int
+	// outboxLastDrawn is the outbox id sequence's value read last
+	// (aboveOutboxSequence).
+	outboxLastDrawn int64
 }
 
 // cappedKey is where a counted-only finding is counted.
@@ -124,6 +130,9 @@ func (c *Checker) Run(ctx context.Context, repair bool) (*Report, error) {
 	r.report.SuspectsCapped = r.capped
 	r.report.finish(append(r.findings, r.countedOnly()...), time.Since(start))
 	if repair {
+		if c.beforeRepair != nil {
+			c.beforeRepair()
+		}
 		changes, err := r.repair(ctx)
 		// With --repair the list is there, [] when nothing needed it.
 		r.report.Repaired = append([]string{}, changes...)
@@ -227,7 +236,11 @@ func (r *run) firstPass(ctx context.Context, tx pgx.Tx, tenant int64) error {
 				counts.Nodes++
 			}
 			id := idOf(exp, got)
-			if findings := compareNode(r.model, r.c.cfg.Vectors, tenant, label, exp, got); len(findings) > 0 {
+			findings, err := r.withStamps(ctx, tenant, label, exp, got, compareNode(r.model, r.c.cfg.Vectors, tenant, label, exp, got))
+			if err != nil {
+				return err
+			}
+			if len(findings) > 0 {
 				if p, ok := pending.explains(label.Name, id); ok && !anyStanding(findings) {
 					r.report.explain(tenant, label.Name, id, p, findings)
 					continue
@@ -413,7 +426,9 @@ func (r *run) secondLookBatch(ctx context.Context, batch []suspect) error {
 			first.version < got.version && got.version < second.version:
 			findings = nil // a version between R1's and R2's: in step, mid-way
 		}
-		found[i] = findings
+		if found[i], err = r.withStamps(ctx, s.tenant, label, second, got, findings); err != nil {
+			return err
+		}
 	}
 	p2, err := loadPending(ctx, r.c.pool, tenant)
 	if err != nil {

@@ -20,8 +20,18 @@ func compareNode(model graphmodel.Model, vectors *VectorCheck, tenant int64, lab
 		if !exp.required {
 			return nil
 		}
+		upsert := exp
+		if label.Role == graphmodel.RoleReference {
+			// No version to guard by: created while still missing, and
+			// written only while no event has written it (outbox id 0),
+			// so an event sync applies between the read and the repair (an
+			// OrderPlaced with the customer's newer segment) stays.
+			up := *exp
+			up.outboxSeen = new(int64)
+			upsert = &up
+		}
 		return []Finding{{Kind: MissingNode, TenantID: tenant, Label: label.Name, ID: exp.id, Count: 1,
-			Detail: "no node; the rows imply one", repair: &repairAction{upsert: exp}}}
+			Detail: "no node; the rows imply one", repair: &repairAction{upsert: upsert}}}
 	case exp == nil:
 		return []Finding{{Kind: OrphanNode, TenantID: tenant, Label: label.Name, ID: got.id, Count: 1,
 			Detail: "no row backs this node", repair: &repairAction{deleteNode: true}}}
@@ -118,7 +128,7 @@ func propertyFindings(model graphmodel.Model, label graphmodel.Label, props map[
 			}
 		}
 		if !allowed {
-			add(PropertyNotAllowed, fmt.Sprintf("property %s = %s is outside the allowlist", k, show(props[k])), &repairAction{removeProp: k})
+			add(PropertyNotAllowed, fmt.Sprintf("property %s (%s) is outside the allowlist", k, valueKind(props[k])), &repairAction{removeProp: k})
 		}
 	}
 }
@@ -195,7 +205,7 @@ func compareRels(model graphmodel.Model, tenant int64, label graphmodel.Label, e
 				add(PersonalData, fmt.Sprintf("%s: property %s holds %s", relText(r, got.id), name, what), remove)
 				continue
 			}
-			add(PropertyNotAllowed, fmt.Sprintf("%s: property %s = %s is outside the allowlist", relText(r, got.id), name, show(r.props[name])), remove)
+			add(PropertyNotAllowed, fmt.Sprintf("%s: property %s (%s) is outside the allowlist", relText(r, got.id), name, valueKind(r.props[name])), remove)
 		}
 	}
 	for _, r := range exp.rels {

@@ -225,9 +225,10 @@ func (r *run) repair(ctx context.Context) ([]string, error) {
 			return changes, err
 		}
 	}
-	for _, label := range untenanted {
-		if err := r.deleteInBatches(ctx, "deleted "+label+" nodes without a tenant_id",
-			"MATCH (n:"+label+") WHERE n.tenant_id IS NULL WITH n LIMIT 10000 DETACH DELETE n RETURN count(*) AS applied",
+	slices.Sort(untenanted)
+	for _, label := range slices.Compact(untenanted) {
+		if err := r.deleteInBatches(ctx, "deleted "+label+" nodes without an integer tenant_id",
+			"MATCH (n:"+label+") WHERE "+withoutIntegerTenant("n")+" WITH n LIMIT 10000 DETACH DELETE n RETURN count(*) AS applied",
 			nil, &changes); err != nil {
 			return changes, err
 		}
@@ -413,6 +414,11 @@ func projectionStatements(model graphmodel.Model, nodes []*node, rebuildBelow in
 			}
 			l, _ := model.Label(up.Label)
 			switch {
+			case n.stampsSeen != nil && own:
+				// Stamps no event can pass, as drift read them (a string
+				// set by hand, say): written only while it holds them, and
+				// its outbox id put back to 0.
+				row["seen"], row["outbox_seen"], row["reset_stamp"] = n.stampsSeen.version, n.stampsSeen.outboxID, true
 			case n.outboxSeen != nil && own:
 				row["outbox_seen"] = *n.outboxSeen // the reference node as drift read it
 			case rebuildBelow == 0 && l.Role == graphmodel.RoleReference && !own:

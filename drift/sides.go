@@ -38,7 +38,15 @@ type node struct {
 	// outboxSeen, for the repair of a reference node: the outbox id read on
 	// it, which the node must still hold (cypher.RepairNodeText).
 	outboxSeen *int64
+	// stampsSeen, for the repair of a reference node whose stamps no event
+	// can pass (ReferenceStampAhead): the stamps as drift read them, of
+	// whatever type; the repair writes the node only while it still holds
+	// them, and puts its outbox id back to 0.
+	stampsSeen *stampsSeen
 }
+
+// stampsSeen are a node's sync_version and sync_outbox_id as read.
+type stampsSeen struct{ version, outboxID any }
 
 // relation is one relationship seen from its owner node.
 type relation struct {
@@ -278,12 +286,33 @@ func integerID(node string) string {
 	return "(" + node + ".id IS NOT NULL AND " + node + ".id IS :: INTEGER AND " + node + ".id > 0)"
 }
 
+// withoutIntegerTenant is the Cypher condition that a node's tenant_id is
+// missing or not an integer: a node no tenant's run reads (scanForeign
+// reports them).
+func withoutIntegerTenant(node string) string {
+	return "(" + node + ".tenant_id IS NULL OR NOT " + node + ".tenant_id IS :: INTEGER)"
+}
+
 func quoteList(names []string) string {
 	quoted := make([]string, len(names))
 	for i, n := range names {
 		quoted[i] = "'" + n + "'" // model identifiers: [A-Za-z0-9_] only
 	}
 	return strings.Join(quoted, ", ")
+}
+
+// graphRead is how drift reads the graph: from the cluster's leader
+// (writers routing), with the driver's bookmarks. The second look is sound
+// only if the graph read shows every write sync committed before it marked
+// its outbox rows processed (ADR 0009). Sync runs in another process, so
+// its bookmarks cannot travel with drift's reads, and a follower may not
+// yet have applied what the leader committed: a read there would find the
+// node older than the outbox says and report false drift. The leader has
+// applied every transaction it acknowledged. The cost is that drift's
+// reads load the leader rather than a follower; on one server (Community
+// Edition) nothing changes (ADR 0020).
+func graphRead(database string) []neo4j.ExecuteQueryConfigurationOption {
+	return []neo4j.ExecuteQueryConfigurationOption{neo4j.ExecuteQueryWithDatabase(database), neo4j.ExecuteQueryWithWritersRouting()}
 }
 
 // graphChunk reads one chunk of a label's nodes.
@@ -293,8 +322,7 @@ func graphChunk(ctx context.Context, driver neo4j.DriverWithContext, database st
 	if s.ids != nil {
 		params["ids"] = s.ids // a nil slice would go as an empty list, not null
 	}
-	res, err := neo4j.ExecuteQuery(ctx, driver, graphChunkQuery(model, label), params,
-		neo4j.EagerResultTransformer, neo4j.ExecuteQueryWithDatabase(database), neo4j.ExecuteQueryWithReadersRouting())
+	res, err := neo4j.ExecuteQuery(ctx, driver, graphChunkQuery(model, label), params, neo4j.EagerResultTransformer, graphRead(database)...)
 	if err != nil {
 		return nil, fmt.Errorf("read %s nodes of tenant %d: %w", label, tenant, err)
 	}

@@ -12,8 +12,7 @@ import (
 )
 
 func (r *run) query(ctx context.Context, text string, params map[string]any) ([]*neo4j.Record, error) {
-	res, err := neo4j.ExecuteQuery(ctx, r.c.driver, text, params, neo4j.EagerResultTransformer,
-		neo4j.ExecuteQueryWithDatabase(r.c.cfg.Database), neo4j.ExecuteQueryWithReadersRouting())
+	res, err := neo4j.ExecuteQuery(ctx, r.c.driver, text, params, neo4j.EagerResultTransformer, graphRead(r.c.cfg.Database)...)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +149,13 @@ RETURN n.tenant_id AS tenant, foreign, mine, count(*) AS nodes, min(n.id) AS exa
 	}
 	unknownTenants := map[int64]int{}
 	for _, rec := range recs {
-		tenant, noTenant, _ := neo4j.GetRecordValue[int64](rec, "tenant")
+		// A tenant_id that is not an integer (a string, a float, set by
+		// another writer) is no tenant's, as a missing one is: reported as
+		// such, not as the zero value of an integer (tenant 0, which no
+		// repair would match).
+		rawTenant, _ := rec.Get("tenant")
+		tenant, integerTenant := rawTenant.(int64)
+		noTenant := !integerTenant
 		foreign, _, _ := neo4j.GetRecordValue[[]any](rec, "foreign")
 		mine, _, _ := neo4j.GetRecordValue[[]any](rec, "mine")
 		count, _, _ := neo4j.GetRecordValue[int64](rec, "nodes")
@@ -173,8 +178,11 @@ RETURN n.tenant_id AS tenant, foreign, mine, count(*) AS nodes, min(n.id) AS exa
 		label, _ := mine[0].(string)
 		switch {
 		case noTenant:
-			f := Finding{Kind: NodeWithoutTenant, Label: label, ID: example, Count: int(count),
-				Detail: fmt.Sprintf("%d %s nodes have no tenant_id", count, label)}
+			detail := fmt.Sprintf("%d %s nodes have no tenant_id", count, label)
+			if rawTenant != nil {
+				detail = fmt.Sprintf("%d %s nodes have a tenant_id that is not an integer (%s)", count, label, valueKind(rawTenant))
+			}
+			f := Finding{Kind: NodeWithoutTenant, Label: label, ID: example, Count: int(count), Detail: detail}
 			if r.c.cfg.TenantID == 0 {
 				f.repair = &repairAction{deleteUntenanted: label}
 			}

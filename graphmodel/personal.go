@@ -109,8 +109,12 @@ func nationalPattern(shape string, extraSeps ...string) *regexp.Regexp {
 	return regexp.MustCompile(strings.Join(alts, "|"))
 }
 
-// phoneMask stands where a phone number was.
-const phoneMask = "[phone number removed]"
+// phoneMask stands where a phone number was, emailMask where an e-mail
+// address was.
+const (
+	phoneMask = "[phone number removed]"
+	emailMask = "[e-mail removed]"
+)
 
 // group is a run of digits in a text: [start, end).
 type group struct{ start, end int }
@@ -363,22 +367,35 @@ func PersonalData(text string) string {
 // again until nothing matches; each pass takes digits or an @ away and adds
 // none, so it ends.
 func MaskPersonalData(text string) string {
+	return replacePersonalData(text, emailMask, phoneMask)
+}
+
+// StripPersonalData is text with every e-mail address and phone number
+// taken out, a space standing where each was: for text that is searched
+// rather than read (a question's fulltext query), where a mask's own words
+// would be searched for.
+func StripPersonalData(text string) string {
+	return replacePersonalData(text, " ", " ")
+}
+
+// replacePersonalData is MaskPersonalData with the given replacements.
+func replacePersonalData(text, emailWith, phoneWith string) string {
 	for {
 		// National numbers before phoneLike, whose 3-3/4-4 groups could
 		// otherwise take the end of one number and the start of the next.
-		masked := emailLike.ReplaceAllString(text, "[e-mail removed]")
+		masked := emailLike.ReplaceAllLiteralString(text, emailWith)
 		if spans := nationalNumbers(masked); len(spans) > 0 {
 			var sb strings.Builder
 			last := 0
 			for _, m := range spans {
 				sb.WriteString(masked[last:m[0]])
-				sb.WriteString(phoneMask)
+				sb.WriteString(phoneWith)
 				last = m[1]
 			}
 			sb.WriteString(masked[last:])
 			masked = sb.String()
 		}
-		masked = phoneLike.ReplaceAllString(masked, phoneMask)
+		masked = phoneLike.ReplaceAllLiteralString(masked, phoneWith)
 		if masked == text {
 			return text
 		}

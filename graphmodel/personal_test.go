@@ -189,5 +189,9 @@ func TestMaskPersonalDataTakesWholeNumbers(t *testing.T) {
 		if got := MaskPersonalData(text); got != want {
 			t.Errorf("MaskPersonalData(%q) = %q, want %q", text, got, want)
 		}
+		// StripPersonalData takes the same spans out, a space standing for each.
+		if got, want := StripPersonalData(text), strings.NewReplacer(phoneMask, " ", emailMask, " ").Replace(want); got != want {
+			t.Errorf("StripPersonalData(%q) = %q, want %q", text, got, want)
+		}
 	}
 }

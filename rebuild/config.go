@@ -38,6 +38,11 @@ func ParseSource(s string) (Source, error) {
 // `graphsync rebuild --chunk-size` both default to it.
 const DefaultChunkSize = 2000
 
+// DefaultResumeWithin is how old an unfinished rebuild may be and still be
+// resumed: Config.ResumeWithin 0 and `graphsync rebuild --resume-within`
+// both default to it.
+const DefaultResumeWithin = 24 * time.Hour
+
 // MaxChunkSize is the largest chunk a rebuild takes.
 const MaxChunkSize = 100_000
 
@@ -70,11 +75,21 @@ type Config struct {
 	Database string
 	// Model is the graph model. Default: graphmodel.Default.
 	Model *graphmodel.Model
-	// Embedding, when set, makes the rebuild write vectors: after the
-	// sweep, which queues every node without a current vector, the stage
-	// drains the scope's backlog (from the cache first), and the drift
-	// checks compare vectors too (ADR 0023). Sink must then be a projector
-	// with the stage's embedding model. Default: nil, no vectors.
+	// Restart starts the rebuild anew even when an unfinished one of the
+	// scope would be resumed. Default: false.
+	Restart bool
+	// ResumeWithin is how long ago an unfinished rebuild of the scope may
+	// have started to be resumed; an older one is started anew (what it
+	// wrote is as old as its start, and the graph may have lost it since).
+	// Default: DefaultResumeWithin.
+	ResumeWithin time.Duration
+	// Embedding, when set, makes the rebuild write vectors: the stage
+	// drains the scope's backlog (from the cache first) after the base
+	// phase (the replay's projector queues every product it writes) and
+	// again after a sweep that repaired something (it queues every node
+	// without a current vector), and the drift checks compare vectors too
+	// (ADR 0023). Sink must then be a projector with the stage's embedding
+	// model. Default: nil, no vectors.
 	Embedding *stage.Stage
 }
 
@@ -90,6 +105,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Model == nil {
 		c.Model = &graphmodel.Default
+	}
+	if c.ResumeWithin == 0 {
+		c.ResumeWithin = DefaultResumeWithin
 	}
 	if c.Progress == nil {
 		c.Progress = func(Progress) {}
@@ -107,6 +125,9 @@ func (c Config) validate() error {
 	}
 	if c.ChunkSize < 1 || c.ChunkSize > MaxChunkSize {
 		errs = append(errs, fmt.Errorf("chunk size must be in 1..%d, got %d", MaxChunkSize, c.ChunkSize))
+	}
+	if c.ResumeWithin < 0 {
+		errs = append(errs, fmt.Errorf("resume within must be a positive duration, got %s", c.ResumeWithin))
 	}
 	if c.Sink == nil {
 		errs = append(errs, errors.New("no sink to replay events into"))

@@ -97,6 +97,12 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	notResumed := ""
+	if resumed {
+		if notResumed = b.startAnew(cp); notResumed != "" {
+			resumed = false
+		}
+	}
 	res := &Result{Resumed: resumed}
 	if resumed {
 		if b.cfg.Source != SourceAuto && b.cfg.Source != cp.source {
@@ -104,9 +110,22 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 				cp.source, cp.startedAt.UTC().Format(time.RFC3339), b.cfg.Source, cp.source)
 		}
 		res.Source, res.Why = cp.source, fmt.Sprintf("resuming the %s rebuild started %s", cp.source, cp.startedAt.UTC().Format(time.RFC3339))
+		if cp.phase == phaseBase && res.Source == SourceSnapshot {
+			if err := checkSequenceCache(ctx, b.pool); err != nil {
+				return nil, err
+			}
+		}
 	} else {
 		if res.Source, res.Why, err = b.chooseSource(ctx); err != nil {
 			return nil, err
+		}
+		if notResumed != "" {
+			res.Why += "; " + notResumed
+		}
+		if res.Source == SourceSnapshot {
+			if err := checkSequenceCache(ctx, b.pool); err != nil {
+				return nil, err
+			}
 		}
 		if cp, err = startCheckpoint(ctx, b.pool, b.cfg.TenantID, res.Source); err != nil {
 			return nil, err
@@ -131,6 +150,14 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 		}
 	}
 	res.Done, res.Chunks = cp.done, cp.chunks
+	// Vectors before the sweep: the replay's projector queued every product
+	// it wrote, so the sweep then finds their vectors current, and a sweep
+	// that repairs nothing is the final check (no second pass for the
+	// vectors). What the sweep queues (a snapshot writes no marks, a
+	// repaired text) is embedded after it, and checked again.
+	if err := b.embed(ctx, cp, res, resumed); err != nil {
+		return res, err
+	}
 	b.cfg.Progress(Progress{Phase: "sweep", Done: cp.done, Total: cp.done, Chunks: cp.chunks, Resumed: resumed})
 	// The sweep: what the guards kept stale, and what no row backs. A
 	// capped check repairs the first MaxSuspects differences; go again.
@@ -145,17 +172,12 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 			break
 		}
 	}
-	embedded := false
-	if b.cfg.Embedding != nil {
-		b.cfg.Progress(Progress{Phase: "embed", Done: cp.done, Total: cp.done, Chunks: cp.chunks, Resumed: resumed})
-		round, err := b.cfg.Embedding.Drain(ctx)
-		if err != nil {
-			return res, fmt.Errorf("embed: %w", err)
+	if len(report.Repaired) > 0 {
+		if err := b.embed(ctx, cp, res, resumed); err != nil {
+			return res, err
 		}
-		res.Embedded, res.EmbeddedFromCache = round.Embedded, round.Cached
-		embedded = round.Written > 0
 	}
-	if report.DriftTotal > 0 || report.SuspectsCapped > 0 || len(report.Repaired) > 0 || embedded {
+	if report.DriftTotal > 0 || report.SuspectsCapped > 0 || len(report.Repaired) > 0 {
 		b.cfg.Progress(Progress{Phase: "check", Done: cp.done, Total: cp.done, Chunks: cp.chunks, Resumed: resumed})
 		if report, err = b.checker.Run(ctx, false); err != nil {
 			return res, fmt.Errorf("final drift check: %w", err)
@@ -168,6 +190,58 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 	}
 	res.Took = time.Since(start)
 	return res, nil
+}
+
+// ErrSequenceCached is returned for a snapshot when the outbox id sequence
+// hands out ids in blocks (CACHE above 1).
+var ErrSequenceCached = errors.New("the outbox id sequence caches ids per session")
+
+// checkSequenceCache refuses a snapshot when the outbox id sequence has a
+// CACHE above 1. A snapshot chunk's watermark for reference nodes takes the
+// sequence's last value before the read as the bound of the ids events the
+// read did not see can carry (drift's Checker.ReadChunk); with a cache, a
+// session draws later ids from a block it took earlier, below that bound,
+// and the chunk's stamp would make sync drop those events.
+func checkSequenceCache(ctx context.Context, pool *pgxpool.Pool) error {
+	var cache int64
+	if err := pool.QueryRow(ctx, gsql.Query("RebuildOutboxSequenceCache")).Scan(&cache); err != nil {
+		return fmt.Errorf("read the outbox id sequence's CACHE: %w", err)
+	}
+	if cache > 1 {
+		return fmt.Errorf("%w (CACHE %d): a snapshot needs CACHE 1, as the migrations create it, to know which events its reads did not see; "+
+			"run ALTER TABLE outbox_messages ALTER COLUMN id SET CACHE 1, or rebuild with --source replay", ErrSequenceCached, cache)
+	}
+	return nil
+}
+
+// embed drains the embedding stage's backlog of the scope, when the
+// rebuild writes vectors.
+func (b *Rebuilder) embed(ctx context.Context, cp *checkpoint, res *Result, resumed bool) error {
+	if b.cfg.Embedding == nil {
+		return nil
+	}
+	b.cfg.Progress(Progress{Phase: "embed", Done: cp.done, Total: cp.done, Chunks: cp.chunks, Resumed: resumed})
+	round, err := b.cfg.Embedding.Drain(ctx)
+	res.Embedded += round.Embedded
+	res.EmbeddedFromCache += round.Cached
+	if err != nil {
+		return fmt.Errorf("embed: %w", err)
+	}
+	return nil
+}
+
+// startAnew says why the unfinished rebuild cp is not resumed but started
+// anew (--restart, or older than ResumeWithin), or "" when it is resumed.
+func (b *Rebuilder) startAnew(cp *checkpoint) string {
+	started := fmt.Sprintf("the unfinished %s rebuild started %s", cp.source, cp.startedAt.UTC().Format(time.RFC3339))
+	switch age := time.Since(cp.startedAt); {
+	case b.cfg.Restart:
+		return "started anew (--restart), not resuming " + started
+	case age > b.cfg.ResumeWithin:
+		return fmt.Sprintf("started anew, not resuming %s: it is %s old, older than %s (--resume-within)",
+			started, age.Round(time.Minute), b.cfg.ResumeWithin)
+	}
+	return ""
 }
 
 // chooseSource decides auto from what retention recorded it dropped.

@@ -193,7 +193,9 @@ type Result struct {
 	TenantID int64
 	// Question is the question as the context shows it: personal data
 	// masked, on one line, at most maxQuestionEcho characters.
-	Question    string
+	Question string
+	// LuceneQuery is the fulltext query sent to the index: the question's
+	// words, its personal data taken out.
 	LuceneQuery string
 	// Retrieval is how the seeds were found.
 	Retrieval Retrieval
@@ -215,8 +217,13 @@ type Result struct {
 
 // Retrieve returns the context of question for tenantID. The question can be
 // any text: it reaches Neo4j only as an escaped Lucene query in a parameter.
+//
+// The index is searched for the question's words with its e-mail addresses
+// and phone numbers taken out: the graph holds none in its text (the
+// projection masks them), and the query is repeated to the caller
+// (Result.LuceneQuery, the JSON's query_text), which must not echo them.
 func (r *Retriever) Retrieve(ctx context.Context, tenantID int64, question string) (*Result, error) {
-	query, err := LuceneQuery(question)
+	query, err := LuceneQuery(graphmodel.StripPersonalData(question))
 	if err != nil {
 		return nil, err
 	}

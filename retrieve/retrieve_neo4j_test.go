@@ -285,20 +285,26 @@ func TestQuestionEchoIsMaskedAndOneLine(t *testing.T) {
 	}
 	var decoded struct {
 		Metadata struct {
-			Question string `json:"question"`
+			Question  string `json:"question"`
+			QueryText string `json:"query_text"`
 		} `json:"metadata"`
 	}
 	if err := json.Unmarshal(js.Bytes(), &decoded); err != nil {
 		t.Fatal(err)
 	}
-	// The JSON's query_text is the query sent to the index, the question's
-	// words as they were: it is metadata for the caller, not context.
-	for name, out := range map[string]string{"markdown": md.String(), "json question": decoded.Metadata.Question} {
-		for _, leak := range []string{"jane.doe@example.com", "7946 0958"} {
+	// The JSON's query_text is the query sent to the index: the question's
+	// words without its personal data, whose parts would come back as
+	// words ("jane", "doe", "7946") if they were searched for.
+	for name, out := range map[string]string{"markdown": md.String(), "json question": decoded.Metadata.Question,
+		"json query_text": decoded.Metadata.QueryText, "json": js.String()} {
+		for _, leak := range []string{"jane.doe@example.com", "7946 0958", "jane", "doe", "example", "7946", "0958"} {
 			if strings.Contains(out, leak) {
 				t.Errorf("%s repeats %q of the question:\n%s", name, leak, out)
 			}
 		}
+	}
+	if want := "kettle for facts call speaker"; decoded.Metadata.QueryText != want || res.LuceneQuery != want {
+		t.Errorf("query_text is %q (the result's %q), want %q", decoded.Metadata.QueryText, res.LuceneQuery, want)
 	}
 	if decoded.Metadata.Question != res.Question {
 		t.Errorf("the JSON repeats the question as %q, the Markdown as %q", decoded.Metadata.Question, res.Question)

@@ -1,7 +1,8 @@
 -- Optimistic locking, as the workload re-prices: no row when the product is
--- no longer at version $2.
+-- no longer at version $2. $4, when not null, is a new description (a text
+-- change, for the embedding stage).
 WITH p AS (
-  UPDATE products SET price_cents = $3, version = version + 1, updated_at = now()
+  UPDATE products SET price_cents = $3, description = coalesce($4::text, description), version = version + 1, updated_at = now()
   WHERE id = $1 AND version = $2
   RETURNING tenant_id, id, version, sku, name, description, category_id, price_cents, currency, status
 )

@@ -153,6 +153,7 @@ func TestFlagMistakesAreNamedBeforeConnecting(t *testing.T) {
 		{[]string{"rebuild", "--chunk-size", "100001"}, "--chunk-size"},
 		{[]string{"rebuild", "--tenant", "-3"}, "--tenant"},
 		{[]string{"rebuild", "--recheck-after", "-1s"}, "--recheck-after"},
+		{[]string{"rebuild", "--resume-within", "0s"}, "--resume-within"},
 		{[]string{"drift", "--tenant", "-3"}, "--tenant"},
 		{[]string{"drift", "--recheck-after", "-1s"}, "--recheck-after"},
 		{[]string{"context", "--tenant", "1", "--hops", "7", "speaker"}, "--hops"},

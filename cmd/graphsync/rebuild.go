@@ -41,6 +41,8 @@ func runRebuild(ctx context.Context, args []string) error {
 	chunk := fs.Int("chunk-size", rebuild.DefaultChunkSize, "rows or events per chunk read, written and checkpointed")
 	progressMode := fs.String("progress", "auto", "auto (a bar on a terminal, else a log line every 5s), bar or log")
 	recheck := fs.Duration("recheck-after", 2*time.Second, "wait before the drift check's second look at differences")
+	restart := fs.Bool("restart", false, "start anew even when an unfinished rebuild of this scope would be resumed")
+	resumeWithin := fs.Duration("resume-within", rebuild.DefaultResumeWithin, "an unfinished rebuild of this scope that started longer ago is started anew, not resumed")
 	// The replay applies what sync applied: with sync's limits (set them as
 	// sync's, or by the same GRAPHSYNC_MAX_* variables), an event sync took
 	// is not refused here.
@@ -74,6 +76,9 @@ func runRebuild(ctx context.Context, args []string) error {
 	if *tenant < 0 {
 		return exitError{2, fmt.Sprintf("--tenant must be a tenant id (0: every tenant), got %d", *tenant)}
 	}
+	if *resumeWithin <= 0 {
+		return exitError{2, fmt.Sprintf("--resume-within must be a positive duration (use --restart to never resume), got %s", *resumeWithin)}
+	}
 	recheckAfter, err := recheckWait(*recheck)
 	if err != nil {
 		return exitError{2, err.Error()}
@@ -90,7 +95,8 @@ func runRebuild(ctx context.Context, args []string) error {
 	if embedder != nil {
 		defer embedder.Close()
 	}
-	res, err := rebuildScope(ctx, conn, rebuild.Config{TenantID: *tenant, Source: source, ChunkSize: *chunk, RecheckAfter: recheckAfter},
+	res, err := rebuildScope(ctx, conn, rebuild.Config{TenantID: *tenant, Source: source, ChunkSize: *chunk, RecheckAfter: recheckAfter,
+		Restart: *restart, ResumeWithin: *resumeWithin},
 		limits, embedder, *progressMode == "bar" || (*progressMode == "auto" && term.IsTerminal(int(os.Stderr.Fd()))))
 	if err != nil {
 		if ctx.Err() != nil {

@@ -39,7 +39,7 @@ var embedders struct {
 	err  error
 }
 
-func testEmbedder(t *testing.T) *counting {
+func testEmbedder(t testing.TB) *counting {
 	t.Helper()
 	embedders.once.Do(func() { embedders.e, embedders.err = openTestEmbedder() })
 	if embedders.err != nil {

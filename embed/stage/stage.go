@@ -132,6 +132,8 @@ type Round struct {
 	// model); Refused, nodes whose text the embedder refused (moved to the
 	// back of the backlog).
 	Written, Dropped, Remarked, Refused int
+	// EmbedTook is the time spent in the embedder.
+	EmbedTook time.Duration
 }
 
 func (r *Round) add(o Round) {
@@ -142,6 +144,7 @@ func (r *Round) add(o Round) {
 	r.Dropped += o.Dropped
 	r.Remarked += o.Remarked
 	r.Refused += o.Refused
+	r.EmbedTook += o.EmbedTook
 }
 
 // Run embeds pending nodes until ctx is done. Failures of the embedder,

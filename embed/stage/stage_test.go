@@ -25,9 +25,10 @@ import (
 // world is one test's tenant in the shared Neo4j, its fresh PostgreSQL
 // database (with the cache) and a projector that embeds with emb's model.
 type world struct {
-	t        *testing.T
+	t        testing.TB
 	ctx      context.Context
 	tenant   int64
+	base     int64 // product ids are base + n: ids are unique across tenants
 	driver   neo4j.DriverWithContext
 	pool     *pgxpool.Pool
 	emb      *counting
@@ -35,11 +36,11 @@ type world struct {
 	outboxID int64
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t testing.TB) *world {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	w := &world{t: t, ctx: ctx, tenant: 1_000_000 + rand.Int64N(1_000_000_000), emb: testEmbedder(t)}
+	w := &world{t: t, ctx: ctx, tenant: 1_000_000 + rand.Int64N(1_000_000_000), base: 1_000_000_000 + rand.Int64N(1_000_000_000)*1000, emb: testEmbedder(t)}
 	_, w.pool = stacktest.FreshDatabase(t)
 	w.driver = stacktest.Neo4j(t)
 	if err := projector.EnsureSchema(ctx, w.driver); err != nil {
@@ -54,6 +55,8 @@ func newWorld(t *testing.T) *world {
 	w.sink = sink
 	return w
 }
+
+func (w *world) id(n int64) int64 { return w.base + n }
 
 func (w *world) stage(cfg stage.Config) *stage.Stage {
 	w.t.Helper()
@@ -157,32 +160,32 @@ func drain(t *testing.T, s *stage.Stage, ctx context.Context) stage.Round {
 func TestTextChangeReembedsPriceChangeDoesNot(t *testing.T) {
 	w := newWorld(t)
 	s := w.stage(stage.Config{})
-	w.deliver(events.ProductCreated{ProductState: productState(1, 1, "Kettle", "Boils water fast", 2999)},
-		events.ProductCreated{ProductState: productState(2, 1, "Teapot", "Porcelain, 1 l", 1999)})
-	if n := w.node(1); !n.pending || n.vector != nil {
+	w.deliver(events.ProductCreated{ProductState: productState(w.id(1), 1, "Kettle", "Boils water fast", 2999)},
+		events.ProductCreated{ProductState: productState(w.id(2), 1, "Teapot", "Porcelain, 1 l", 1999)})
+	if n := w.node(w.id(1)); !n.pending || n.vector != nil {
 		t.Fatalf("a new product is not pending: %+v", n)
 	}
 	if r := drain(t, s, w.ctx); r.Written != 2 || r.Embedded != 2 {
 		t.Fatalf("first drain: %+v, want 2 embedded and written", r)
 	}
-	w.current(1)
-	before := w.current(2)
+	w.current(w.id(1))
+	before := w.current(w.id(2))
 
 	calls := w.emb.texts.Load()
-	w.deliver(events.ProductPriceChanged{ProductState: productState(2, 2, "Teapot", "Porcelain, 1 l", 2499)},
-		events.ProductUpdated{ProductState: productState(1, 2, "Kettle", "Boils water fast, 1.7 l, steel", 2999)})
-	if w.node(2).pending {
+	w.deliver(events.ProductPriceChanged{ProductState: productState(w.id(2), 2, "Teapot", "Porcelain, 1 l", 2499)},
+		events.ProductUpdated{ProductState: productState(w.id(1), 2, "Kettle", "Boils water fast, 1.7 l, steel", 2999)})
+	if w.node(w.id(2)).pending {
 		t.Fatal("a price change marked the product pending")
 	}
-	if !w.node(1).pending {
+	if !w.node(w.id(1)).pending {
 		t.Fatal("a text change did not mark the product pending")
 	}
 	r := drain(t, s, w.ctx)
 	if r.Read != 1 || r.Written != 1 || w.emb.texts.Load()-calls != 1 {
 		t.Fatalf("after a price and a text change: %+v, %d texts embedded; want the one changed text", r, w.emb.texts.Load()-calls)
 	}
-	w.current(1)
-	if after := w.current(2); after.hash != before.hash {
+	w.current(w.id(1))
+	if after := w.current(w.id(2)); after.hash != before.hash {
 		t.Fatal("the price change changed the vector")
 	}
 }
@@ -193,9 +196,9 @@ func TestTextChangeReembedsPriceChangeDoesNot(t *testing.T) {
 func TestGuardDropsAVectorOfAnOlderText(t *testing.T) {
 	w := newWorld(t)
 	s := w.stage(stage.Config{})
-	w.deliver(events.ProductCreated{ProductState: productState(1, 1, "Lamp", "Desk lamp", 1000)})
+	w.deliver(events.ProductCreated{ProductState: productState(w.id(1), 1, "Lamp", "Desk lamp", 1000)})
 	w.emb.before = func() {
-		w.deliver(events.ProductUpdated{ProductState: productState(1, 2, "Lamp", "Desk lamp with a dimmer", 1000)})
+		w.deliver(events.ProductUpdated{ProductState: productState(w.id(1), 2, "Lamp", "Desk lamp with a dimmer", 1000)})
 	}
 	r, err := s.RunOnce(w.ctx)
 	if err != nil {
@@ -204,12 +207,12 @@ func TestGuardDropsAVectorOfAnOlderText(t *testing.T) {
 	if r.Read != 1 || r.Written != 0 || r.Dropped != 1 {
 		t.Fatalf("round over an interleaved change: %+v, want the vector dropped", r)
 	}
-	n := w.node(1)
+	n := w.node(w.id(1))
 	if n.vector != nil || !n.pending {
 		t.Fatalf("the older text's vector was written or the node left the backlog: %+v", n)
 	}
 	drain(t, s, w.ctx)
-	if n := w.current(1); !strings.Contains(n.text, "dimmer") {
+	if n := w.current(w.id(1)); !strings.Contains(n.text, "dimmer") {
 		t.Fatalf("vector of %q, want the newer text", n.text)
 	}
 }
@@ -232,7 +235,7 @@ func TestBadTextsNeverCrashTheStage(t *testing.T) {
 	}
 	var evs []events.Event
 	for i, text := range texts {
-		evs = append(evs, events.ProductCreated{ProductState: productState(int64(i+1), 1, "P", text, 100)})
+		evs = append(evs, events.ProductCreated{ProductState: productState(w.id(int64(i+1)), 1, "P", text, 100)})
 	}
 	w.deliver(evs...)
 	r := drain(t, s, w.ctx)
@@ -240,7 +243,7 @@ func TestBadTextsNeverCrashTheStage(t *testing.T) {
 		t.Fatalf("bad texts: %+v, want all %d written", r, len(texts))
 	}
 	for i := range texts {
-		w.current(int64(i + 1))
+		w.current(w.id(int64(i + 1)))
 	}
 }
 
@@ -252,7 +255,7 @@ func TestRebuildIntoEmptyGraphEmbedsNothingEmbeddedBefore(t *testing.T) {
 	s := w.stage(stage.Config{BatchSize: 4})
 	var evs []events.Event
 	for i := int64(1); i <= 10; i++ {
-		evs = append(evs, events.ProductCreated{ProductState: productState(i, 1, "Chair", "Oak chair model "+string(rune('A'+i)), 100*i)})
+		evs = append(evs, events.ProductCreated{ProductState: productState(w.id(i), 1, "Chair", "Oak chair model "+string(rune('A'+i)), 100*i)})
 	}
 	w.deliver(evs...)
 	if r := drain(t, s, w.ctx); r.Embedded != 10 {
@@ -266,7 +269,7 @@ func TestRebuildIntoEmptyGraphEmbedsNothingEmbeddedBefore(t *testing.T) {
 		t.Fatalf("rebuild: %+v, %d texts embedded; want all 10 from the cache", r, w.emb.texts.Load()-before)
 	}
 	for i := int64(1); i <= 10; i++ {
-		w.current(i)
+		w.current(w.id(i))
 	}
 }
 
@@ -307,7 +310,7 @@ func TestDriftReportsAndRepairsVectors(t *testing.T) {
 	}
 	var evs []events.Event
 	for i := int64(1); i <= 5; i++ {
-		p := productState(i, 1, fmt.Sprintf("Bowl %d", i), "Stoneware bowl, glazed", 1200)
+		p := productState(w.id(i), 1, fmt.Sprintf("Bowl %d", i), "Stoneware bowl, glazed", 1200)
 		if _, err := w.pool.Exec(w.ctx, `INSERT INTO products (id, tenant_id, sku, name, description, price_cents, currency, status, version)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, p.ID, w.tenant, p.SKU, p.Name, p.Description, p.PriceCents, p.Currency, p.Status, p.Version); err != nil {
 			t.Fatal(err)
@@ -341,7 +344,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, p.ID, w.tenant, p.SKU, p.Name, p.D
 	for id, change := range plant {
 		// Test-only Cypher of constants; the values are parameters.
 		if _, err := neo4j.ExecuteQuery(w.ctx, w.driver, "MATCH (n:Product {tenant_id: $tenant, id: $id}) "+change,
-			map[string]any{"tenant": w.tenant, "id": id}, neo4j.EagerResultTransformer); err != nil {
+			map[string]any{"tenant": w.tenant, "id": w.id(id)}, neo4j.EagerResultTransformer); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -364,6 +367,38 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, p.ID, w.tenant, p.SKU, p.Name, p.D
 		t.Fatalf("drift %d after the repair: %+v", r.DriftTotal, r.Counts)
 	}
 	for i := int64(1); i <= 5; i++ {
-		w.current(i)
+		w.current(w.id(i))
+	}
+}
+
+// The backlog is an index lookup: the pending read scans the pending
+// mark's range index in order and stops at its limit, without a sort of
+// every pending node (a backlog of a million must cost what a batch costs).
+func TestPendingReadScansTheIndexInOrder(t *testing.T) {
+	driver := stacktest.Neo4j(t)
+	ctx := context.Background()
+	if err := projector.EnsureSchema(ctx, driver); err != nil {
+		t.Fatal(err)
+	}
+	for _, tenants := range []any{nil, []int64{1, 2}} {
+		res, err := neo4j.ExecuteQuery(ctx, driver, "EXPLAIN "+cypher.EmbeddingPendingText(graphmodel.DefaultEmbedding),
+			map[string]any{"limit": int64(64), "tenants": tenants}, neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var operators []string
+		var walk func(p neo4j.Plan)
+		walk = func(p neo4j.Plan) {
+			operators = append(operators, fmt.Sprintf("%s %v", p.Operator(), p.Arguments()["Details"]))
+			for _, c := range p.Children() {
+				walk(c)
+			}
+		}
+		walk(res.Summary.Plan())
+		plan := strings.Join(operators, "\n")
+		if !strings.Contains(plan, "NodeIndexScan") || !strings.Contains(plan, graphmodel.PropEmbeddingPending) ||
+			strings.Contains(plan, "Sort") || strings.Contains(plan, "NodeByLabelScan") {
+			t.Fatalf("tenants %v: the pending read does not scan the pending index in order:\n%s", tenants, plan)
+		}
 	}
 }

@@ -100,7 +100,10 @@ func (s *Stage) vectors(ctx context.Context, nodes []pendingNode, round *Round) 
 	}
 	fresh := map[string][]float32{}
 	refused = map[string]bool{}
-	if err := s.embed(ctx, missing, texts, fresh, refused); err != nil {
+	embedStart := time.Now()
+	err = s.embed(ctx, missing, texts, fresh, refused)
+	round.EmbedTook = time.Since(embedStart)
+	if err != nil {
 		return nil, nil, err
 	}
 	round.Embedded = len(fresh)

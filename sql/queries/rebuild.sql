@@ -6,6 +6,12 @@
 -- after this read has a larger id.
 SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('outbox_messages', 'id')::regclass), 0);
 
+-- name: RebuildOutboxSequenceCache
+-- How many ids of the outbox id sequence a session draws at once (CACHE):
+-- RebuildOutboxLastID's promise holds only with 1.
+SELECT seqcache FROM pg_sequence
+WHERE seqrelid = pg_get_serial_sequence('outbox_messages', 'id')::regclass;
+
 -- name: RebuildSnapshot
 -- The snapshot of the REPEATABLE READ transaction the rows are read in.
 SELECT pg_current_snapshot()::text;
