@@ -18,6 +18,7 @@ import (
 
 	"graphsync/events"
 	"graphsync/graphmodel"
+	"graphsync/internal/stacktest"
 	"graphsync/projector"
 )
 
@@ -386,5 +387,38 @@ func TestTenantKeyIsWrittenAndNotSearchable(t *testing.T) {
 	}
 	if len(got.Seeds) != 0 {
 		t.Fatalf("question %q found %d seeds, want none", graphmodel.TenantKey(g.tenant), len(got.Seeds))
+	}
+}
+
+// The vector seed queries read one tenant's products through the
+// (tenant_id, id) index, never a scan of every tenant's: the exact scan
+// must cost the tenant's own products.
+func TestVectorQueriesSeekTheTenant(t *testing.T) {
+	driver := stacktest.Neo4j(t)
+	label, _ := graphmodel.Default.Label(graphmodel.LabelProduct)
+	for name, query := range map[string]string{
+		"exact": vectorExactQuery(*graphmodel.Default.Embedding, label),
+		"size":  vectorSizeQuery(label),
+	} {
+		res, err := neo4j.ExecuteQuery(context.Background(), driver, "EXPLAIN "+query,
+			map[string]any{"tenant": int64(1), "vector": make([]float64, 384), "topK": int64(5)}, neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var operators []string
+		var walk func(p neo4j.Plan)
+		walk = func(p neo4j.Plan) {
+			operators = append(operators, p.Operator())
+			for _, c := range p.Children() {
+				walk(c)
+			}
+		}
+		walk(res.Summary.Plan())
+		plan := strings.Join(operators, " ")
+		// The size query's tenant count may also come from a count the
+		// planner knows; what must never be is a scan of the label.
+		if strings.Contains(plan, "NodeByLabelScan") || name == "exact" && !strings.Contains(plan, "NodeUniqueIndexSeek") {
+			t.Errorf("%s query does not seek the tenant's products: %s", name, plan)
+		}
 	}
 }

@@ -31,10 +31,12 @@ const (
 // vectorExactQuery scores every one of the tenant's products against the
 // question's vector: read through the (tenant_id, id) constraint index, so it
 // costs what the tenant's own products cost, and the top-k is the tenant's
-// exact top-k.
+// exact top-k. "id IS NOT NULL" is what lets the planner seek the composite
+// index on its first key; with tenant_id alone it scans every product of
+// every tenant (TestVectorQueriesSeekTheTenant).
 func vectorExactQuery(e graphmodel.Embedding, label graphmodel.Label) string {
 	return `MATCH (node:` + label.Name + ` {tenant_id: $tenant})
-WHERE node.` + e.VectorProperty + ` IS NOT NULL
+WHERE node.id IS NOT NULL AND node.` + e.VectorProperty + ` IS NOT NULL
 WITH node, vector.similarity.cosine(node.` + e.VectorProperty + `, $vector) AS score
 ORDER BY score DESC, node.id ASC
 LIMIT $topK
@@ -51,10 +53,10 @@ ORDER BY score DESC, id ASC
 LIMIT $topK`
 }
 
-// vectorSizeQuery counts the tenant's products (a count on the constraint
-// index) and every product (the count store).
+// vectorSizeQuery counts the tenant's products (a seek of the constraint
+// index, as vectorExactQuery's) and every product (the count store).
 func vectorSizeQuery(label graphmodel.Label) string {
-	return `CALL () { MATCH (n:` + label.Name + ` {tenant_id: $tenant}) RETURN count(n) AS tenantNodes }
+	return `CALL () { MATCH (n:` + label.Name + ` {tenant_id: $tenant}) WHERE n.id IS NOT NULL RETURN count(n) AS tenantNodes }
 CALL () { MATCH (n:` + label.Name + `) RETURN count(n) AS allNodes }
 RETURN tenantNodes, allNodes`
 }
