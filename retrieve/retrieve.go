@@ -59,7 +59,7 @@ type Config struct {
 	Retrieval Retrieval
 	// ExactScanMax is the largest tenant (in products) whose vector seeds
 	// are found by scoring every product exactly; a larger tenant's come
-	// from the vector index, over-fetched (ADR 0024). Default: 2000.
+	// from the vector index, over-fetched (ADR 0024). Default: 1000.
 	ExactScanMax int
 }
 

@@ -15,11 +15,12 @@ const (
 	// defaultExactScanMax: a tenant with at most this many products is
 	// searched exactly, every product's cosine computed (the tenant's own
 	// cost, recall 1). Measured (ADR 0024): the exact scan costs about
-	// 86 µs a product on the shared two-core machine (9,638 products:
-	// p50 1.09 s against 0.28 s through the index at recall@10 0.98), and a
-	// tenant this small would need the index over-fetched past
+	// 57 µs a product on the shared two-core machine (9,638 products: p50
+	// 542 ms, against 47 ms through the index at recall@10 0.97; 96
+	// products: 2.6 ms), so it passes the index's cost near 1,000 products;
+	// and a tenant this small would need the index over-fetched past
 	// maxVectorFetch in a graph of 1M products anyway.
-	defaultExactScanMax = 2_000
+	defaultExactScanMax = 1_000
 	// overFetchFactor: a larger tenant asks the index for
 	// k * (all products / the tenant's) * overFetchFactor neighbours, so that
 	// k of the tenant are expected among them.
@@ -90,13 +91,13 @@ func (r *Retriever) vectorSeeds(ctx context.Context, tx neo4j.ManagedTransaction
 	plan.AllNodes, _, _ = neo4j.GetRecordValue[int64](rec, "allNodes")
 	if plan.TenantNodes > int64(r.cfg.ExactScanMax) {
 		share := float64(plan.AllNodes) / float64(max(plan.TenantNodes, 1))
-		fetch := int(math.Ceil(float64(topK) * share * overFetchFactor))
+		fetch := max(topK, int(math.Min(math.Ceil(float64(topK)*share*overFetchFactor), maxVectorFetch+1)))
 		for fetch <= maxVectorFetch {
 			plan.Fetches = append(plan.Fetches, fetch)
 			params["fetch"] = int64(fetch)
 			seeds, err := collectSeeds(ctx, tx, vectorIndexQuery(label), params, e.Index, label)
 			if err != nil {
-				return nil, plan, fmt.Errorf("vector index %s: %w", e.Index, err)
+				return nil, plan, fmt.Errorf("vector index %s (%d of the tenant's %d and all %d products): %w", e.Index, fetch, plan.TenantNodes, plan.AllNodes, err)
 			}
 			if len(seeds) >= topK {
 				return seeds, plan, nil
