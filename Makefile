@@ -14,7 +14,7 @@ GO ?= go
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 ENV_FILE := .local/services.env
 
-.PHONY: build model services-up services-down services-status test test-unit test-graphrag test-e2e demo bench bench-relay bench-context bench-drift bench-rebuild bench-embed vet clean
+.PHONY: build model services-up services-down services-status test test-unit test-graphrag test-e2e demo bench bench-relay bench-context bench-drift bench-rebuild bench-embed bench-mcp mcp-client-venv vet clean
 
 build:
 	$(GO) build -o bin/graphsync ./cmd/graphsync
@@ -52,7 +52,7 @@ test:
 # planted by the drift tests is drift for every scope; a whole-graph rebuild
 # removes tenants its own database does not have), so packages run one at a
 # time (-p 1); tests inside a package isolate themselves by tenant.
-test-unit:
+test-unit: mcp-client-venv
 	. $(ENV_FILE) && $(GO) test -p 1 $(GO_TEST_FLAGS) $$($(GO) list ./... | grep -v /e2e)
 
 # neo4j-graphrag-python's retrievers against the graph sync builds (a
@@ -67,6 +67,24 @@ test-e2e:
 
 vet:
 	$(GO) vet ./...
+
+# The independent MCP client mcpserver's TestPythonClient runs (the Python
+# SDK from PyPI, pinned in scripts/mcp-client/requirements.txt). Its own venv:
+# other venvs under .local are other tools'. A failed install fails make test.
+MCP_VENV := .local/venv-mcp
+mcp-client-venv: $(MCP_VENV)/.installed
+
+$(MCP_VENV)/.installed: scripts/mcp-client/requirements.txt
+	python3 -m venv $(MCP_VENV)
+	$(MCP_VENV)/bin/pip install --quiet --disable-pip-version-check -r scripts/mcp-client/requirements.txt
+	touch $@
+
+# graph_context over streamable HTTP with 1, 10 and 50 concurrent clients
+# against the same run's in-process retrieval, on a generated graph of
+# MCP_NODES nodes (default 1M). The benchmark is retrieve/mcp_bench_test.go,
+# beside the graph it shares with bench-context.
+bench-mcp: services-up
+	. $(ENV_FILE) && $(GO) test -run '^$$' -bench BenchmarkMCP -benchtime 1x -timeout 90m ./retrieve -args -context-nodes=$${MCP_NODES:-1000000}
 
 # The main job on a small scale: services up, migrate, write a workload,
 # sync it until caught up (stream mode), print the summary.

@@ -83,7 +83,7 @@ func (r *Retriever) vectorSeeds(ctx context.Context, tx neo4j.ManagedTransaction
 	label, _ := r.cfg.Model.Label(e.Label)
 	var plan VectorPlan
 	params := map[string]any{"tenant": tenantID, "vector": float64s(vector), "topK": int64(topK), "index": e.Index}
-	rec, err := single(ctx, tx, vectorSizeQuery(label), params)
+	rec, err := singleRecord(ctx, tx, vectorSizeQuery(label), params)
 	if err != nil {
 		return nil, plan, fmt.Errorf("vector seeds: size the tenant: %w", err)
 	}
@@ -129,7 +129,7 @@ func collectSeeds(ctx context.Context, tx neo4j.ManagedTransaction, query string
 	return seeds, nil
 }
 
-func single(ctx context.Context, tx neo4j.ManagedTransaction, query string, params map[string]any) (*neo4j.Record, error) {
+func singleRecord(ctx context.Context, tx neo4j.ManagedTransaction, query string, params map[string]any) (*neo4j.Record, error) {
 	result, err := tx.Run(ctx, query, params)
 	if err != nil {
 		return nil, err

@@ -63,7 +63,7 @@ jar() {
     log "downloading $group:$artifact:$version from Maven Central into ~/.m2 (first run only)"
     local mvnlog="$GRAPHSYNC_LOCAL/model-mvn.log"
     mkdir -p "$GRAPHSYNC_LOCAL"
-    mvn -q -B dependency:get -Dartifact="$group:$artifact:$version" -Dtransitive=false >"$mvnlog" 2>&1 \
+    mvn -q -B dependency:get -Dmaven.repo.local="$M2" -Dartifact="$group:$artifact:$version" -Dtransitive=false >"$mvnlog" 2>&1 \
       || die "mvn dependency:get $group:$artifact:$version failed (see $mvnlog): $(grep -m1 ERROR "$mvnlog" || tail -n 1 "$mvnlog")"
     [ -s "$path" ] || die "mvn dependency:get $group:$artifact:$version left no $path"
   fi

@@ -11,6 +11,8 @@
 //	graphsync notify enable|disable
 //	graphsync context --tenant N "question"   tenant-safe GraphRAG context
 //	graphsync drift [--repair]   the boundary review: PostgreSQL against the graph
+//	graphsync mcp [--tenant N | --http ADDR]   the tenant graph as MCP tools
+//	graphsync mcp token create|list|revoke --tenant N
 //	graphsync rebuild [--tenant N] [--source auto|replay|snapshot]
 //	                             the graph from PostgreSQL, while sync runs
 //
@@ -44,6 +46,7 @@ var commands = map[string]command{
 	"notify":    {"notify enable|disable: the outbox NOTIFY trigger", runNotify},
 	"context":   {"print the graph context of a question for one tenant (GraphRAG retrieval)", runContext},
 	"drift":     {"compare PostgreSQL with the graph per tenant and label; --repair fixes what it finds", runDrift},
+	"mcp":       {"serve the tenant graph to LLM agents over MCP (stdio, or --http with bearer tokens); mcp token create|list|revoke", runMCP},
 	"rebuild":   {"rebuild the graph (or --tenant N) from PostgreSQL by replay or snapshot, while sync runs; resumable", runRebuild},
 }
 
