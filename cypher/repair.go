@@ -57,6 +57,9 @@ func RepairNodeText(m graphmodel.Model, label string) (string, error) {
 		sets = append(sets, fmt.Sprintf("n.%[1]s = CASE WHEN row.reset_stamp THEN 0 ELSE n.%[1]s END", graphmodel.PropOutboxID))
 	}
 	sets = append(sets, fmt.Sprintf("n.%s = row.version", graphmodel.PropVersion))
+	if m.TenantKeyed(l.Name) {
+		sets = append(sets, fmt.Sprintf("n.%s = %s", graphmodel.KeyTenantKey, TenantKeyExpr("row.tenant_id")))
+	}
 	for _, p := range l.Properties {
 		sets = append(sets, fmt.Sprintf("n.%s = row.props.%s", p.Key, p.Key))
 	}

@@ -23,8 +23,8 @@ func SchemaStatements(m graphmodel.Model) []string {
 		)
 	}
 	for _, f := range m.Fulltext {
-		fields := make([]string, len(f.Properties))
-		for i, key := range f.Properties {
+		fields := make([]string, len(f.IndexedProperties()))
+		for i, key := range f.IndexedProperties() {
 			fields[i] = "n." + key
 		}
 		stmt := fmt.Sprintf("CREATE FULLTEXT INDEX %s IF NOT EXISTS FOR (n:%s) ON EACH [%s]",

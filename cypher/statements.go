@@ -74,7 +74,7 @@ func NewBuilder(m graphmodel.Model, opts ...BuilderOptions) (*Builder, error) {
 		case graphmodel.RoleTenant:
 			b.tenantMerge = tenantMergeText(l)
 		default:
-			b.nodeUpsert[l.Name] = nodeUpsertText(l, b.embeddingOf(l.Name))
+			b.nodeUpsert[l.Name] = nodeUpsertText(l, m.TenantKeyed(l.Name), b.embeddingOf(l.Name))
 			if l.Tombstone != "" {
 				b.nodeDelete[l.Name] = nodeDeleteText(l)
 			}
@@ -181,6 +181,10 @@ func keyPattern(label string) string {
 	return fmt.Sprintf("%s {%s: row.tenant_id, %s: row.id}", label, graphmodel.KeyTenantID, graphmodel.KeyID)
 }
 
+// TenantKeyExpr is the Cypher expression of graphmodel.TenantKey for the
+// tenant id expression tenantID (TestTenantKeyExprMatchesGo).
+func TenantKeyExpr(tenantID string) string { return "'t' + toString(" + tenantID + ")" }
+
 func tenantMergeText(l graphmodel.Label) string {
 	return fmt.Sprintf("UNWIND $rows AS row\nMERGE (n:%s {%s: row.tenant_id, %s: row.tenant_id})",
 		l.Name, graphmodel.KeyTenantID, graphmodel.KeyID)
@@ -196,7 +200,7 @@ func tenantMergeText(l graphmodel.Label) string {
 // writes the hash of the text it writes and marks the node pending unless
 // its vector was computed from that text: the embedding stage's backlog is
 // then an index lookup, and no model runs in this transaction (ADR 0023).
-func nodeUpsertText(l graphmodel.Label, e *graphmodel.Embedding) string {
+func nodeUpsertText(l graphmodel.Label, tenantKeyed bool, e *graphmodel.Embedding) string {
 	var sb strings.Builder
 	sb.WriteString("UNWIND $rows AS row\n")
 	if l.Tombstone != "" {
@@ -205,6 +209,9 @@ func nodeUpsertText(l graphmodel.Label, e *graphmodel.Embedding) string {
 	}
 	fmt.Fprintf(&sb, "MERGE (n:%s)\n%sFOREACH (_ IN CASE WHEN %s THEN [1] ELSE [] END |\n", keyPattern(l.Name), lockNode("n"), guardAllows("n"))
 	fmt.Fprintf(&sb, "  SET n.%s = row.version, n.%s = row.outbox_id", graphmodel.PropVersion, graphmodel.PropOutboxID)
+	if tenantKeyed {
+		fmt.Fprintf(&sb, ",\n      n.%s = %s", graphmodel.KeyTenantKey, TenantKeyExpr("row.tenant_id"))
+	}
 	for _, p := range l.Properties {
 		fmt.Fprintf(&sb, ",\n      n.%[1]s = row.props.%[1]s", p.Key)
 	}

@@ -10,9 +10,6 @@ import (
 	"graphsync/graphmodel"
 )
 
-// reservedKeys are the properties graphsync sets itself on every node.
-var reservedKeys = []string{graphmodel.KeyTenantID, graphmodel.KeyID, graphmodel.PropVersion, graphmodel.PropOutboxID}
-
 // compareNode compares what the rows imply for one key (exp, nil when no row
 // backs it) with what the graph holds (got, nil when absent).
 func compareNode(model graphmodel.Model, vectors *VectorCheck, tenant int64, label graphmodel.Label, exp, got *node) []Finding {
@@ -76,6 +73,13 @@ func compareNode(model graphmodel.Model, vectors *VectorCheck, tenant int64, lab
 			stale = append(stale, fmt.Sprintf("%s: graph %s, rows %s", p.Key, show(have), show(want)))
 		}
 	}
+	if model.TenantKeyed(label.Name) {
+		// Without its tenant key a node drops out of its tenant's fulltext
+		// seeds: retrieval requires the key inside the index query.
+		if want, have := graphmodel.TenantKey(tenant), got.props[graphmodel.KeyTenantKey]; have != want {
+			stale = append(stale, fmt.Sprintf("%s: graph %s, rows %s", graphmodel.KeyTenantKey, show(have), show(want)))
+		}
+	}
 	if len(stale) > 0 {
 		if ahead {
 			stale = append(stale, "the graph is ahead of the rows (was PostgreSQL restored?)")
@@ -99,7 +103,7 @@ func propertyFindings(model graphmodel.Model, label graphmodel.Label, props map[
 	for _, k := range keys {
 		prop, allowed := label.Property(k)
 		code := allowed && !prop.FreeText
-		allowed = allowed || slices.Contains(reservedKeys, k) || embeddingKey(model, label, k)
+		allowed = allowed || graphmodel.IsReserved(k) || embeddingKey(model, label, k)
 		if owner := personalField(model, label, k); !allowed && owner != "" {
 			// A field the model names personal (of this label or another:
 			// a customer's full_name copied onto an order): whatever it

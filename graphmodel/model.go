@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -34,7 +35,41 @@ const (
 	PropVersion = "sync_version"
 	// PropOutboxID is the outbox id of the event last applied to a node.
 	PropOutboxID = "sync_outbox_id"
+	// KeyTenantKey is the tenant as a fulltext term (TenantKey), on every
+	// node of a label a fulltext index covers, and indexed by that index:
+	// a seed query requires it, so Lucene intersects the question's hits
+	// with the tenant's postings inside the index and a tenant's query
+	// costs what its own matches cost, not every tenant's (ADR 0024). It is
+	// derived from tenant_id, never from a payload.
+	KeyTenantKey = "tenant_key"
 )
+
+// TenantKey is the value of KeyTenantKey for a tenant: "t" and its id in
+// decimal, one token for every Lucene analyzer (letters then digits, no
+// separator, unchanged by lower-casing and stemming).
+func TenantKey(tenantID int64) string { return "t" + strconv.FormatInt(tenantID, 10) }
+
+// TenantKeyed reports whether nodes of label carry KeyTenantKey: a fulltext
+// index of the model covers the label.
+func (m *Model) TenantKeyed(label string) bool {
+	for _, f := range m.Fulltext {
+		if f.Label == label {
+			return true
+		}
+	}
+	return false
+}
+
+// IndexedProperties lists what the index is built on: the declared
+// properties, then KeyTenantKey.
+func (f Fulltext) IndexedProperties() []string {
+	return append(slices.Clone(f.Properties), KeyTenantKey)
+}
+
+// IsReserved reports whether key is a property graphsync sets itself on
+// nodes (the key, the sync guard, the tenant key): never allowlisted, never
+// outside the allowlist.
+func IsReserved(key string) bool { return slices.Contains(reservedKeys, key) }
 
 // Type is a property's value type.
 type Type int
@@ -255,7 +290,7 @@ var identifier = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,62}$`)
 // "standard-no-stop-words"), so it can be written into index DDL as a literal.
 var analyzerName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
 
-var reservedKeys = []string{KeyTenantID, KeyID, PropVersion, PropOutboxID}
+var reservedKeys = []string{KeyTenantID, KeyID, PropVersion, PropOutboxID, KeyTenantKey}
 
 // Validate checks the model is self-consistent and every name is a plain
 // identifier. The cypher package refuses a model that fails it.

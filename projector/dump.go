@@ -81,6 +81,17 @@ func DumpModelGraph(ctx context.Context, driver neo4j.DriverWithContext, model g
 				node.ID, _ = props[graphmodel.KeyID].(int64)
 				node.Sync.Version, _ = props[graphmodel.PropVersion].(int64)
 				node.Sync.OutboxID, _ = props[graphmodel.PropOutboxID].(int64)
+				// The tenant key is derived from tenant_id: shown only when
+				// it is not the one the node's tenant implies (or missing),
+				// so that a dump compared with another shows it only then.
+				tenantID, _ := props[graphmodel.KeyTenantID].(int64)
+				if model.TenantKeyed(label) {
+					if props[graphmodel.KeyTenantKey] == graphmodel.TenantKey(tenantID) {
+						delete(props, graphmodel.KeyTenantKey)
+					} else if props[graphmodel.KeyTenantKey] == nil {
+						props[graphmodel.KeyTenantKey] = "(missing)"
+					}
+				}
 				for _, key := range []string{graphmodel.KeyTenantID, graphmodel.KeyID, graphmodel.PropVersion, graphmodel.PropOutboxID} {
 					delete(props, key)
 				}

@@ -331,10 +331,11 @@ func fulltextMatches(rec *neo4j.Record, f graphmodel.Fulltext) bool {
 	if want == "" {
 		want = cypher.DefaultFulltextAnalyzer
 	}
-	if analyzer != want || len(labels) != 1 || labels[0] != f.Label || len(props) != len(f.Properties) {
+	indexed := f.IndexedProperties()
+	if analyzer != want || len(labels) != 1 || labels[0] != f.Label || len(props) != len(indexed) {
 		return false
 	}
-	for i, p := range f.Properties {
+	for i, p := range indexed {
 		if props[i] != p {
 			return false
 		}
@@ -348,4 +349,36 @@ func alreadyExists(err error) bool {
 	var neoErr *neo4j.Neo4jError
 	return errors.As(err, &neoErr) && (strings.HasSuffix(neoErr.Code, "EquivalentSchemaRuleAlreadyExists") ||
 		strings.HasSuffix(neoErr.Code, "ConstraintAlreadyExists") || strings.HasSuffix(neoErr.Code, "IndexAlreadyExists"))
+}
+
+// BackfillTenantKeys writes graphmodel.KeyTenantKey on the nodes of every
+// tenant-keyed label that lack it (a graph synced before the key existed:
+// the fulltext seed query requires it, so such a node would not be found),
+// in transactions of 10,000 nodes, and returns how many it wrote. graphsync
+// migrate runs it; on a current graph it reads the label's nodes and writes
+// nothing.
+func BackfillTenantKeys(ctx context.Context, driver neo4j.DriverWithContext, model graphmodel.Model, database string) (int64, error) {
+	session := driver.NewSession(ctx, neo4j.SessionConfig{DatabaseName: database})
+	defer session.Close(ctx)
+	var written int64
+	for _, l := range model.Labels {
+		if !model.TenantKeyed(l.Name) {
+			continue
+		}
+		// CALL ... IN TRANSACTIONS runs only in an auto-commit transaction.
+		// l.Name passed graphmodel.Validate: a plain identifier.
+		result, err := session.Run(ctx, "MATCH (n:"+l.Name+") WHERE n."+graphmodel.KeyTenantKey+" IS NULL AND n."+graphmodel.KeyTenantID+" IS NOT NULL\n"+
+			"CALL (n) { SET n."+graphmodel.KeyTenantKey+" = "+cypher.TenantKeyExpr("n."+graphmodel.KeyTenantID)+" } IN TRANSACTIONS OF 10000 ROWS\n"+
+			"RETURN count(n) AS written", nil)
+		if err != nil {
+			return written, fmt.Errorf("backfill %s tenant keys: %w", l.Name, err)
+		}
+		rec, err := result.Single(ctx)
+		if err != nil {
+			return written, fmt.Errorf("backfill %s tenant keys: %w", l.Name, err)
+		}
+		n, _, _ := neo4j.GetRecordValue[int64](rec, "written")
+		written += n
+	}
+	return written, nil
 }

@@ -165,10 +165,38 @@ func TestEnsureSchemaRecreatesAChangedFulltextIndex(t *testing.T) {
 	if err := EnsureModelSchema(ctx, driver, model, ""); err != nil {
 		t.Fatal(err)
 	}
-	if got, props := analyzer(); got != "english" || len(props) != 2 {
-		t.Fatalf("after the model changed: analyzer %q, properties %v; want english on name, sku", got, props)
+	if got, props := analyzer(); got != "english" || len(props) != 3 {
+		t.Fatalf("after the model changed: analyzer %q, properties %v; want english on name, sku, tenant_key", got, props)
 	}
 	if err := EnsureModelSchema(ctx, driver, model, ""); err != nil {
 		t.Fatalf("third EnsureModelSchema: %v", err)
+	}
+}
+
+// A node synced before the tenant key existed gets it from
+// BackfillTenantKeys, and is then found by its tenant's fulltext query.
+func TestBackfillTenantKeys(t *testing.T) {
+	_, driver := liveProjector(t)
+	ctx := context.Background()
+	ids := newIDs(t, driver)
+	if _, err := neo4j.ExecuteQuery(ctx, driver, "CREATE (:Product {tenant_id: $t, id: $id, name: 'Old Kettle'})",
+		map[string]any{"t": ids.tenant, "id": ids.tenant + 1}, neo4j.EagerResultTransformer); err != nil {
+		t.Fatal(err)
+	}
+	written, err := BackfillTenantKeys(ctx, driver, graphmodel.Default, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := neo4j.ExecuteQuery(ctx, driver, "MATCH (p:Product {tenant_id: $t}) RETURN p.tenant_key AS key",
+		map[string]any{"t": ids.tenant}, neo4j.EagerResultTransformer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _, _ := neo4j.GetRecordValue[string](res.Records[0], "key")
+	if written < 1 || key != graphmodel.TenantKey(ids.tenant) {
+		t.Fatalf("backfill wrote %d keys; the node's is %q, want %q", written, key, graphmodel.TenantKey(ids.tenant))
+	}
+	if again, err := BackfillTenantKeys(ctx, driver, graphmodel.Default, ""); err != nil || again != 0 {
+		t.Fatalf("a second backfill wrote %d keys (err %v), want 0", again, err)
 	}
 }

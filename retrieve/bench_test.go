@@ -55,6 +55,8 @@ func BenchmarkContext(b *testing.B) {
 	b.Logf("graph: %d nodes, %d relationships in %s", nodes, rels, time.Since(start).Round(time.Second))
 
 	r := retriever(b, driver, Config{})
+	productLabel, _ := graphmodel.Default.Label(graphmodel.LabelProduct)
+	productText := graphmodel.Default.Fulltext[0]
 	rng := rand.New(rand.NewPCG(7, 11))
 	questions := make([]string, *benchQuestions)
 	for i := range questions {
@@ -74,8 +76,8 @@ func BenchmarkContext(b *testing.B) {
 			tenant := tenantIDs[i%tenants]
 			query, _ := LuceneQuery(q)
 			t0 := time.Now()
-			if _, err := neo4j.ExecuteQuery(ctx, driver, seedQuery, map[string]any{
-				"index": graphmodel.FulltextProductText, "query": query, "tenant": tenant, "topK": int64(5)},
+			if _, err := neo4j.ExecuteQuery(ctx, driver, fulltextSeedQuery(productLabel), map[string]any{
+				"index": graphmodel.FulltextProductText, "query": TenantLuceneQuery(productText, tenant, query), "tenant": tenant, "topK": int64(5)},
 				neo4j.EagerResultTransformer, neo4j.ExecuteQueryWithReadersRouting()); err != nil {
 				b.Fatal(err)
 			}
@@ -149,7 +151,7 @@ func buildBenchGraph(b *testing.B, driver neo4j.DriverWithContext, tenantIDs []i
 				"d":    benchBits[rng.IntN(len(benchBits))] + " " + benchBits[rng.IntN(len(benchBits))], "p": int64(100 + rng.IntN(30_000))})
 		}
 		run(`UNWIND $rows AS r MATCH (c:Category {tenant_id: r.t, id: r.c})
-			CREATE (p:Product {tenant_id: r.t, id: r.id, sku: 'SKU-' + r.id, name: r.name, description: r.d, price_cents: r.p,
+			CREATE (p:Product {tenant_id: r.t, tenant_key: 't' + toString(r.t), id: r.id, sku: 'SKU-' + r.id, name: r.name, description: r.d, price_cents: r.p,
 				currency: 'EUR', status: 'active', sync_version: 1})-[:IN_CATEGORY {tenant_id: r.t}]->(c)`, rows)
 		customerIDs := make([]int64, customers)
 		rows = rows[:0]

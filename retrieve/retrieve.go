@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
+	"graphsync/embed"
 	"graphsync/graphmodel"
 )
 
@@ -48,6 +50,17 @@ type Config struct {
 	Model *graphmodel.Model
 	// Timeout bounds one retrieval. Default: 30s.
 	Timeout time.Duration
+	// Embedder turns the question into a vector for vector and hybrid
+	// retrieval; it must be the model the graph's embeddings were made
+	// with. Default: nil (lexical retrieval only).
+	Embedder embed.Embedder
+	// Retrieval is how seeds are found. Default: RetrievalHybrid with an
+	// Embedder, RetrievalLexical without.
+	Retrieval Retrieval
+	// ExactScanMax is the largest tenant (in products) whose vector seeds
+	// are found by scoring every product exactly; a larger tenant's come
+	// from the vector index, over-fetched (ADR 0024). Default: 1000.
+	ExactScanMax int
 }
 
 // Defaults of Config (and of the context command's flags).
@@ -77,6 +90,15 @@ func (c Config) withDefaults() Config {
 	if c.Timeout == 0 {
 		c.Timeout = 30 * time.Second
 	}
+	if c.Retrieval == "" {
+		c.Retrieval = RetrievalLexical
+		if c.Embedder != nil {
+			c.Retrieval = RetrievalHybrid
+		}
+	}
+	if c.ExactScanMax == 0 {
+		c.ExactScanMax = defaultExactScanMax
+	}
 	return c
 }
 
@@ -90,6 +112,17 @@ func (c Config) validate() error {
 		return fmt.Errorf("max-chars must be at least %d, got %d", MinMaxChars, c.MaxChars)
 	case c.Related < 1:
 		return fmt.Errorf("related must be at least 1, got %d", c.Related)
+	case c.ExactScanMax < 0:
+		return fmt.Errorf("exact-scan-max must not be negative, got %d", c.ExactScanMax)
+	}
+	if _, err := ParseRetrieval(string(c.Retrieval)); err != nil {
+		return err
+	}
+	if c.Retrieval != RetrievalLexical && c.Embedder == nil {
+		return fmt.Errorf("%s retrieval needs an embedder (the model the graph's embeddings were made with)", c.Retrieval)
+	}
+	if c.Retrieval != RetrievalLexical && c.Model.Embedding == nil {
+		return fmt.Errorf("%s retrieval needs a graph model that embeds a label", c.Retrieval)
 	}
 	if err := c.Model.Validate(); err != nil {
 		return fmt.Errorf("graph model: %w", err)
@@ -170,10 +203,14 @@ type Result struct {
 	// LuceneQuery is the fulltext query sent to the index: the question's
 	// words, its personal data taken out.
 	LuceneQuery string
-	Indexes     []string
-	TopK        int
-	Hops        int
-	MaxChars    int
+	// Retrieval is how the seeds were found.
+	Retrieval Retrieval
+	// Vector says how the vector seeds were found (nil without them).
+	Vector   *VectorPlan
+	Indexes  []string
+	TopK     int
+	Hops     int
+	MaxChars int
 	// Seeds are every seed found, best first, before trimming.
 	Seeds []Seed
 	// Items are what fits in MaxChars, most relevant first.
@@ -199,9 +236,18 @@ func (r *Retriever) Retrieve(ctx context.Context, tenantID int64, question strin
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	res := &Result{TenantID: tenantID, Question: shorten(lineText(question), maxQuestionEcho), LuceneQuery: query,
-		TopK: r.cfg.TopK, Hops: r.cfg.Hops, MaxChars: r.cfg.MaxChars}
-	for _, f := range r.cfg.Model.Fulltext {
-		res.Indexes = append(res.Indexes, f.Name)
+		Retrieval: r.cfg.Retrieval, TopK: r.cfg.TopK, Hops: r.cfg.Hops, MaxChars: r.cfg.MaxChars}
+	if r.cfg.Retrieval != RetrievalVector {
+		for _, f := range r.cfg.Model.Fulltext {
+			res.Indexes = append(res.Indexes, f.Name)
+		}
+	}
+	var vector []float32
+	if r.cfg.Retrieval != RetrievalLexical {
+		res.Indexes = append(res.Indexes, r.cfg.Model.Embedding.Index)
+		if vector, err = r.questionVector(ctx, question); err != nil {
+			return nil, err
+		}
 	}
 
 	session := r.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeRead, DatabaseName: r.cfg.Database})
@@ -213,11 +259,11 @@ func (r *Retriever) Retrieve(ctx context.Context, tenantID int64, question strin
 		_ = session.Close(closeCtx)
 	}()
 	_, err = session.ExecuteRead(ctx, func(tx neo4j.ManagedTransaction) (any, error) {
-		res.Seeds = nil
+		res.Seeds, res.Vector = nil, nil
 		if err := r.checkTenant(ctx, tx, tenantID); err != nil {
 			return nil, err
 		}
-		seeds, err := r.findSeeds(ctx, tx, tenantID, query)
+		seeds, plan, err := r.seeds(ctx, tx, tenantID, query, vector)
 		if err != nil {
 			return nil, err
 		}
@@ -226,7 +272,7 @@ func (r *Retriever) Retrieve(ctx context.Context, tenantID int64, question strin
 				return nil, err
 			}
 		}
-		res.Seeds = seeds
+		res.Seeds, res.Vector = seeds, plan
 		return nil, nil
 	})
 	if err != nil {
@@ -237,6 +283,28 @@ func (r *Retriever) Retrieve(ctx context.Context, tenantID int64, question strin
 	}
 	res.Items, res.Chars, res.Truncated = rank(res.Seeds, r.cfg.Hops, r.cfg.MaxChars)
 	return res, nil
+}
+
+// seeds finds the seeds the retrieval mode asks for.
+func (r *Retriever) seeds(ctx context.Context, tx neo4j.ManagedTransaction, tenantID int64, query string, vector []float32) ([]Seed, *VectorPlan, error) {
+	switch r.cfg.Retrieval {
+	case RetrievalVector:
+		seeds, plan, err := r.vectorSeeds(ctx, tx, tenantID, vector, r.cfg.TopK)
+		return seeds, &plan, err
+	case RetrievalHybrid:
+		candidates := candidatesPerList(r.cfg.TopK)
+		lexical, err := r.fulltextSeeds(ctx, tx, tenantID, query, candidates)
+		if err != nil {
+			return nil, nil, err
+		}
+		semantic, plan, err := r.vectorSeeds(ctx, tx, tenantID, vector, candidates)
+		if err != nil {
+			return nil, nil, err
+		}
+		return fuse(r.cfg.TopK, lexical, semantic), &plan, nil
+	}
+	seeds, err := r.fulltextSeeds(ctx, tx, tenantID, query, r.cfg.TopK)
+	return seeds, nil, err
 }
 
 func (r *Retriever) checkTenant(ctx context.Context, tx neo4j.ManagedTransaction, tenantID int64) error {
@@ -261,21 +329,51 @@ func (r *Retriever) checkTenant(ctx context.Context, tx neo4j.ManagedTransaction
 	return nil
 }
 
-// seedQuery finds a tenant's best matches. The tenant filter runs on the
-// index's hits before ORDER BY and LIMIT, so the top-k are this tenant's top
-// k however many better matches other tenants have.
-const seedQuery = `CALL db.index.fulltext.queryNodes($index, $query) YIELD node, score
+// fulltextSeedQuery finds a tenant's best matches in one fulltext index.
+// The Lucene query requires the tenant's key (graphmodel.KeyTenantKey), so
+// the index itself intersects the question's hits with the tenant's
+// postings: a small tenant's question costs what its own matches cost, not
+// every tenant's (ADR 0024). The WHERE on tenant_id repeats the filter on
+// the key the graph's constraint holds, and runs before ORDER BY and LIMIT.
+// Only the label's allowlisted properties are read (projection).
+func fulltextSeedQuery(label graphmodel.Label) string {
+	return `CALL db.index.fulltext.queryNodes($index, $query) YIELD node, score
 WHERE node.tenant_id = $tenant
-RETURN node.id AS id, labels(node) AS labels, properties(node) AS props, score
+RETURN node.id AS id, ` + propsProjection("node", label) + ` AS props, score
 ORDER BY score DESC, id ASC
 LIMIT $topK`
+}
 
-func (r *Retriever) findSeeds(ctx context.Context, tx neo4j.ManagedTransaction, tenantID int64, query string) ([]Seed, error) {
+// propsProjection is a map projection of the label's allowlisted
+// properties: a seed never reads a vector or a property outside the
+// allowlist. Keys passed graphmodel.Validate: plain identifiers.
+func propsProjection(node string, label graphmodel.Label) string {
+	keys := make([]string, len(label.Properties))
+	for i, p := range label.Properties {
+		keys[i] = "." + p.Key
+	}
+	return node + " {" + strings.Join(keys, ", ") + "}"
+}
+
+// TenantLuceneQuery is the fulltext query of a question's terms (query,
+// from LuceneQuery) for one tenant in index f: the tenant's key required
+// with a zero boost (it filters and adds nothing to the score), the terms
+// searched in the index's declared properties only, so that a question
+// word shaped like a tenant key matches no tenant key.
+func TenantLuceneQuery(f graphmodel.Fulltext, tenantID int64, query string) string {
+	fields := make([]string, len(f.Properties))
+	for i, key := range f.Properties {
+		fields[i] = key + ":(" + query + ")"
+	}
+	return "+" + graphmodel.KeyTenantKey + ":" + graphmodel.TenantKey(tenantID) + "^0 +(" + strings.Join(fields, " ") + ")"
+}
+
+func (r *Retriever) fulltextSeeds(ctx context.Context, tx neo4j.ManagedTransaction, tenantID int64, query string, topK int) ([]Seed, error) {
 	var seeds []Seed
 	for _, f := range r.cfg.Model.Fulltext {
 		label, _ := r.cfg.Model.Label(f.Label)
-		result, err := tx.Run(ctx, seedQuery, map[string]any{
-			"index": f.Name, "query": query, "tenant": tenantID, "topK": int64(r.cfg.TopK)})
+		result, err := tx.Run(ctx, fulltextSeedQuery(label), map[string]any{
+			"index": f.Name, "query": TenantLuceneQuery(f, tenantID, query), "tenant": tenantID, "topK": int64(topK)})
 		if err != nil {
 			return nil, fmt.Errorf("fulltext index %s: %w", f.Name, err)
 		}
@@ -284,22 +382,32 @@ func (r *Retriever) findSeeds(ctx context.Context, tx neo4j.ManagedTransaction, 
 			return nil, fmt.Errorf("fulltext index %s: %w", f.Name, err)
 		}
 		for _, rec := range records {
-			id, _, _ := neo4j.GetRecordValue[int64](rec, "id")
-			score, _, _ := neo4j.GetRecordValue[float64](rec, "score")
-			props, _, _ := neo4j.GetRecordValue[map[string]any](rec, "props")
-			seeds = append(seeds, Seed{Index: f.Name, Label: label.Name, ID: id, Score: score, Props: allowlisted(label, props)})
+			seeds = append(seeds, seedOf(rec, f.Name, label))
 		}
 	}
+	sortSeeds(seeds)
+	if len(seeds) > topK {
+		seeds = seeds[:topK]
+	}
+	return seeds, nil
+}
+
+// seedOf reads a seed query's record {id, props, score}.
+func seedOf(rec *neo4j.Record, index string, label graphmodel.Label) Seed {
+	id, _, _ := neo4j.GetRecordValue[int64](rec, "id")
+	score, _, _ := neo4j.GetRecordValue[float64](rec, "score")
+	props, _, _ := neo4j.GetRecordValue[map[string]any](rec, "props")
+	return Seed{Index: index, Label: label.Name, ID: id, Score: score, Props: allowlisted(label, props)}
+}
+
+// sortSeeds orders seeds best first, then by id.
+func sortSeeds(seeds []Seed) {
 	sort.SliceStable(seeds, func(i, j int) bool {
 		if seeds[i].Score != seeds[j].Score {
 			return seeds[i].Score > seeds[j].Score
 		}
 		return seeds[i].ID < seeds[j].ID
 	})
-	if len(seeds) > r.cfg.TopK {
-		seeds = seeds[:r.cfg.TopK]
-	}
-	return seeds, nil
 }
 
 // allowlisted keeps the properties the model allowlists for label: a

@@ -14,7 +14,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+
 	"graphsync/events"
+	"graphsync/graphmodel"
+	"graphsync/internal/stacktest"
 	"graphsync/projector"
 )
 
@@ -142,30 +146,37 @@ func TestTenantFilterRunsBeforeTheLimit(t *testing.T) {
 // Questions shaped like Lucene syntax or Cypher injection are searches: a
 // result or a clear error, never a crash, and the graph is unchanged.
 func TestHostileQuestions(t *testing.T) {
-	g := newTenantGraph(t)
+	e := realEmbedder(t)
+	g := newEmbeddedTenantGraph(t, e)
 	g.shop()
+	g.embed(e)
 	ctx := context.Background()
 	before, err := projector.DumpGraph(ctx, g.driver, g.tenant)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := retriever(t, g.driver, Config{})
 	questions := []string{`"`, `*`, `~`, `AND OR`, `NOT`, `kettle AND OR NOT`, `'}) DETACH DELETE n //`,
 		`"}) MATCH (n) DETACH DELETE n RETURN 1 //`, `kettle~0.5 speak* "deep bass`, `name:kettle^10 OR tenant_id:1`,
-		`\`, `(`, `[a TO z]`, `/regex/`, strings.Repeat("kettle speaker grinder ", 10_000/23+1), "",
+		`+tenant_key:t1 OR kettle`, `\`, `(`, `[a TO z]`, `/regex/`, strings.Repeat("kettle speaker grinder ", 10_000/23+1), "",
 		"   ", "Wasserkocher für Tee ☕ 电水壶 чайник", "kettle\x00", "\u202ekettle", distinctWords(10_000), hanParagraph(20, 64), scriptChanges(64, 64, 0),
-		scriptChanges(64, 64, 'ー')}
-	for _, q := range questions {
-		res, err := r.Retrieve(ctx, g.tenant, q)
-		if err != nil {
-			if !errors.Is(err, ErrNoSearchTerms) {
-				t.Errorf("question %.40q: %v", q, err)
+		scriptChanges(64, 64, 'ー'), strings.Repeat("boil water for tea ", 1<<20/19+1), "\xff\xfe kettle \xc3 for tea\xed\xa0\x80"}
+	for _, mode := range []Retrieval{RetrievalLexical, RetrievalVector, RetrievalHybrid} {
+		r := retriever(t, g.driver, Config{Embedder: e, Retrieval: mode})
+		for _, q := range questions {
+			res, err := r.Retrieve(ctx, g.tenant, q)
+			if err != nil {
+				if !errors.Is(err, ErrNoSearchTerms) {
+					t.Errorf("%s, question %.40q: %v", mode, q, err)
+				}
+				continue
 			}
-			continue
+			var out bytes.Buffer
+			if err := res.WriteMarkdown(&out); err != nil {
+				t.Errorf("%s, question %.40q: render: %v", mode, q, err)
+			}
 		}
-		var out bytes.Buffer
-		if err := res.WriteMarkdown(&out); err != nil {
-			t.Errorf("question %.40q: render: %v", q, err)
+		if _, err := r.Retrieve(ctx, g.tenant, `'}) DETACH DELETE n //`); err != nil {
+			t.Errorf("%s: an injection-shaped question with words is a search: %v", mode, err)
 		}
 	}
 	after, err := projector.DumpGraph(ctx, g.driver, g.tenant)
@@ -175,8 +186,49 @@ func TestHostileQuestions(t *testing.T) {
 	if before.String() != after.String() {
 		t.Errorf("the graph changed:\nbefore\n%s\nafter\n%s", before, after)
 	}
-	if _, err := r.Retrieve(ctx, g.tenant, `'}) DETACH DELETE n //`); err != nil {
-		t.Errorf("an injection-shaped question with words is a search: %v", err)
+}
+
+// Vector and hybrid seeds are the tenant's own, found before the top-k: a
+// small tenant beside a large one with the same products, nearer in meaning,
+// gets its top-k from its own products, whether it is scanned exactly or
+// found through the index (over-fetched, grown, then exact).
+func TestVectorSeedsStayInTenant(t *testing.T) {
+	e := realEmbedder(t)
+	products, _ := readQualitySet(t)
+	large, small := newEmbeddedTenantGraph(t, e), newEmbeddedTenantGraph(t, e)
+	var evs []events.Event
+	for _, p := range products {
+		evs = append(evs, events.ProductCreated{ProductState: large.product(p.ID, 1, p.Name, p.Description, 0, "", 1000)})
+	}
+	large.apply(evs...)
+	large.embed(e)
+	// The small tenant's twelve products are the large one's first twelve
+	// (kitchen things); the question is about water and tea.
+	evs = evs[:0]
+	for _, p := range products[:12] {
+		evs = append(evs, events.ProductCreated{ProductState: small.product(p.ID, 1, p.Name, p.Description, 0, "", 1000)})
+	}
+	small.apply(evs...)
+	small.embed(e)
+	for _, exactMax := range []int{defaultExactScanMax, 1} {
+		for _, mode := range []Retrieval{RetrievalVector, RetrievalHybrid} {
+			r := retriever(t, small.driver, Config{Embedder: e, Retrieval: mode, TopK: 10, NoHops: true, ExactScanMax: exactMax})
+			res, err := r.Retrieve(context.Background(), small.tenant, "something to make hot drinks with")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Seeds) != 10 {
+				t.Errorf("%s, exact scan up to %d products: %d seeds, want 10 (the tenant has 12 embedded products)", mode, exactMax, len(res.Seeds))
+			}
+			for _, s := range res.Seeds {
+				if s.ID <= small.base || s.ID > small.base+int64(len(products)) {
+					t.Errorf("%s, exact scan up to %d products: seed %d is not the small tenant's", mode, exactMax, s.ID)
+				}
+			}
+			if exactMax == 1 && (res.Vector == nil || len(res.Vector.Fetches) == 0) {
+				t.Errorf("%s: the small tenant above the exact-scan size did not go through the index: %+v", mode, res.Vector)
+			}
+		}
 	}
 }
 
@@ -309,5 +361,64 @@ func TestBudgetKeepsTheBestFirst(t *testing.T) {
 	}
 	if len(seedsOnly.Items) != 1 || len(seedsOnly.Items[0].Lines) != 1 || seedsOnly.Items[0].Seed.Expanded {
 		t.Errorf("hops 0 expanded the seed: %+v", seedsOnly.Items)
+	}
+}
+
+// The projector writes the tenant key graphmodel.TenantKey derives (the
+// Cypher expression and the Go function agree), and a question made of a
+// tenant key matches no node: the terms are searched in the declared
+// properties only.
+func TestTenantKeyIsWrittenAndNotSearchable(t *testing.T) {
+	g := newTenantGraph(t)
+	g.shop()
+	res, err := neo4j.ExecuteQuery(context.Background(), g.driver,
+		"MATCH (p:Product {tenant_id: $t}) RETURN collect(DISTINCT p.tenant_key) AS keys",
+		map[string]any{"t": g.tenant}, neo4j.EagerResultTransformer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, _, _ := neo4j.GetRecordValue[[]any](res.Records[0], "keys")
+	if len(keys) != 1 || keys[0] != graphmodel.TenantKey(g.tenant) {
+		t.Fatalf("tenant keys %v, want [%s]", keys, graphmodel.TenantKey(g.tenant))
+	}
+	got, err := retriever(t, g.driver, Config{}).Retrieve(context.Background(), g.tenant, graphmodel.TenantKey(g.tenant))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Seeds) != 0 {
+		t.Fatalf("question %q found %d seeds, want none", graphmodel.TenantKey(g.tenant), len(got.Seeds))
+	}
+}
+
+// The vector seed queries read one tenant's products through the
+// (tenant_id, id) index, never a scan of every tenant's: the exact scan
+// must cost the tenant's own products.
+func TestVectorQueriesSeekTheTenant(t *testing.T) {
+	driver := stacktest.Neo4j(t)
+	label, _ := graphmodel.Default.Label(graphmodel.LabelProduct)
+	for name, query := range map[string]string{
+		"exact": vectorExactQuery(*graphmodel.Default.Embedding, label),
+		"size":  vectorSizeQuery(label),
+	} {
+		res, err := neo4j.ExecuteQuery(context.Background(), driver, "EXPLAIN "+query,
+			map[string]any{"tenant": int64(1), "vector": make([]float64, 384), "topK": int64(5)}, neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var operators []string
+		var walk func(p neo4j.Plan)
+		walk = func(p neo4j.Plan) {
+			operators = append(operators, p.Operator())
+			for _, c := range p.Children() {
+				walk(c)
+			}
+		}
+		walk(res.Summary.Plan())
+		plan := strings.Join(operators, " ")
+		// The size query's tenant count may also come from a count the
+		// planner knows; what must never be is a scan of the label.
+		if strings.Contains(plan, "NodeByLabelScan") || name == "exact" && !strings.Contains(plan, "NodeUniqueIndexSeek") {
+			t.Errorf("%s query does not seek the tenant's products: %s", name, plan)
+		}
 	}
 }

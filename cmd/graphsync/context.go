@@ -11,17 +11,20 @@ import (
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
+	"graphsync/embed"
 	"graphsync/redact"
 	"graphsync/retrieve"
 )
 
 // contextFlags are the settings of `graphsync context`.
 type contextFlags struct {
-	tenant   int64
-	format   string
-	topK     int
-	hops     int
-	maxChars int
+	tenant    int64
+	format    string
+	topK      int
+	hops      int
+	maxChars  int
+	retrieval string
+	embedder  embed.Config
 }
 
 func (f *contextFlags) register(fs *flag.FlagSet) {
@@ -30,6 +33,8 @@ func (f *contextFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.topK, "top-k", retrieve.DefaultTopK, fmt.Sprintf("seed nodes taken from the fulltext index, best first (1-%d)", retrieve.MaxTopK))
 	fs.IntVar(&f.hops, "hops", retrieve.MaxHops, "expansion: 0 seeds only, 1 + category and orders, 2 + bought together and buyer segments/countries")
 	fs.IntVar(&f.maxChars, "max-chars", retrieve.DefaultMaxChars, fmt.Sprintf("budget of context characters, most relevant first (at least %d)", retrieve.MinMaxChars))
+	fs.StringVar(&f.retrieval, "retrieval", "", "lexical (fulltext), vector (meaning) or hybrid (both, fused); default hybrid, lexical with --embedder none")
+	f.embedder.RegisterFlags(fs)
 }
 
 // config checks the flags and turns them into a retrieve.Config.
@@ -52,14 +57,42 @@ func (f *contextFlags) config() (retrieve.Config, retrieve.Format, error) {
 	if f.maxChars < retrieve.MinMaxChars {
 		return retrieve.Config{}, "", usageError{fmt.Sprintf("--max-chars must be at least %d, got %d", retrieve.MinMaxChars, f.maxChars)}
 	}
-	return retrieve.Config{TopK: f.topK, Hops: f.hops, NoHops: f.hops == 0, MaxChars: f.maxChars}, format, nil
+	cfg := retrieve.Config{TopK: f.topK, Hops: f.hops, NoHops: f.hops == 0, MaxChars: f.maxChars}
+	if f.retrieval != "" {
+		if cfg.Retrieval, err = retrieve.ParseRetrieval(f.retrieval); err != nil {
+			return retrieve.Config{}, "", usageError{"--retrieval: " + err.Error()}
+		}
+		if cfg.Retrieval != retrieve.RetrievalLexical && f.embedder.Kind == embed.KindNone {
+			return retrieve.Config{}, "", usageError{fmt.Sprintf("--retrieval %s needs an embedder: drop --embedder none", cfg.Retrieval)}
+		}
+	}
+	return cfg, format, nil
+}
+
+// openEmbedder opens the embedder the flags name, unless retrieval is
+// lexical (nothing to embed): nil for --embedder none. Missing or corrupt
+// model files stop the command with one line naming the file and the make
+// target that fetches it (exit 2).
+func (f *contextFlags) openEmbedder(cfg *retrieve.Config) error {
+	if cfg.Retrieval == retrieve.RetrievalLexical {
+		return nil
+	}
+	e, err := embed.Open(f.embedder)
+	switch {
+	case err != nil && embed.IsStartError(err):
+		return usageError{err.Error()}
+	case err != nil:
+		return fmt.Errorf("open the embedder: %s", redact.Text(err.Error()))
+	}
+	cfg.Embedder = e
+	return nil
 }
 
 // runContext prints the graph context of a question for one tenant.
 func runContext(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("context", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: graphsync context --tenant N [--format markdown|json] [--top-k K] [--hops H] [--max-chars N] \"question text\"")
+		fmt.Fprintln(fs.Output(), "usage: graphsync context --tenant N [--retrieval lexical|vector|hybrid] [--embedder onnx|openai|none] [--format markdown|json] [--top-k K] [--hops H] [--max-chars N] \"question text\"")
 		fs.PrintDefaults()
 	}
 	var conn connFlags
@@ -73,6 +106,12 @@ func runContext(ctx context.Context, args []string) error {
 	cfg, format, err := f.config()
 	if err != nil {
 		return err
+	}
+	if err := f.openEmbedder(&cfg); err != nil {
+		return err
+	}
+	if cfg.Embedder != nil {
+		defer cfg.Embedder.Close()
 	}
 	question := strings.Join(words, " ")
 	if len(retrieve.QuestionTerms(question)) == 0 {

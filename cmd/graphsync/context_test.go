@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -147,17 +148,30 @@ func TestContextBadCalls(t *testing.T) {
 		"top-k too big":  {"--tenant", "1", "--top-k", "1000", "kettle"},
 		"hops too far":   {"--tenant", "1", "--hops", "3", "kettle"},
 		"unknown tenant": {"--tenant", "5000000000001", "kettle"},
+		"unknown mode":   {"--tenant", "1", "--retrieval", "psychic", "kettle"},
+		"no embedder":    {"--tenant", "1", "--embedder", "none", "--retrieval", "hybrid", "kettle"},
 	} {
 		if code := run(append([]string{"context", "--neo4j-uri", uri}, args...)); code != 2 {
 			t.Errorf("%s: exit %d, want 2", name, code)
 		}
+	}
+	// The model missing: one line naming the file and the make target, exit
+	// 2, before Neo4j is even dialled.
+	missing := filepath.Join(t.TempDir(), "no-model")
+	code, stderr := runCapturingStderr(t, []string{"context", "--neo4j-uri", "bolt://127.0.0.1:1", "--embed-model-dir", missing, "--tenant", "1", "kettle"})
+	if code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, missing) || !strings.Contains(stderr, "make model") {
+		t.Errorf("missing model: exit %d, stderr %q; want 2 and one line naming the file and make model", code, stderr)
+	}
+	// --embedder none is today's lexical retrieval: it needs no model.
+	if code := run([]string{"context", "--neo4j-uri", "bolt://127.0.0.1:1", "--embed-model-dir", missing, "--embedder", "none", "--tenant", "1", "kettle"}); code != 1 {
+		t.Errorf("--embedder none with no model: exit %d, want 1 (Neo4j unreachable)", code)
 	}
 	if code := run([]string{"context", "--neo4j-uri", "bolt://127.0.0.1:1", "--tenant", "1", "kettle"}); code != 1 {
 		t.Errorf("unreachable Neo4j: exit %d, want 1", code)
 	}
 	// A tenant from the environment (set for another command) is named.
 	t.Setenv("GRAPHSYNC_TENANT", "7")
-	code, stderr := runCapturingStderr(t, []string{"context", "--neo4j-uri", "bolt://127.0.0.1:1", "kettle"})
+	code, stderr = runCapturingStderr(t, []string{"context", "--neo4j-uri", "bolt://127.0.0.1:1", "kettle"})
 	if code != 1 || !strings.Contains(stderr, "tenant 7, from GRAPHSYNC_TENANT") {
 		t.Errorf("tenant from GRAPHSYNC_TENANT: exit %d, stderr %q; want 1 and the tenant named", code, stderr)
 	}

@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
+	"graphsync/embed"
+	"graphsync/embed/stage"
 	"graphsync/redact"
 	"graphsync/relay"
 	"graphsync/retrieve"
@@ -42,7 +44,8 @@ func runDemo(ctx context.Context, args []string) error {
 	fs.IntVar(&w.Writers, "writers", 4, "concurrent writers")
 	fs.IntVar(&w.OrdersPerTx, "orders-per-tx", 1, "orders per transaction (1 = one business change per transaction)")
 	noSync := fs.Bool("no-sync", false, "only write the workload")
-	question := fs.String("question", "a wireless speaker or a kettle", "question whose graph context ends the demo (empty: none)")
+	question := fs.String("question", "a wireless speaker or a kettle", "question whose graph context the demo shows (empty: none)")
+	meaning := fs.String("meaning-question", demoMeaningQuestion, "question sharing no word with the product that answers it, asked last by hybrid retrieval (empty or --embedder none: none)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -124,13 +127,64 @@ func runDemo(ctx context.Context, args []string) error {
 	if err := printSummary(ctx, os.Stdout, pool, driver, report.TenantIDs); err != nil {
 		return err
 	}
-	if *question == "" || len(report.TenantIDs) == 0 {
+	if len(report.TenantIDs) == 0 {
 		return nil
 	}
-	// The point of the graph: what GraphRAG retrieval hands an LLM.
+	// The point of the graph: what GraphRAG retrieval hands an LLM. With an
+	// embedder, the vectors sync's embedding stage keeps current are
+	// drained first (it runs beside sync, which may stop before it is done).
+	cfg := retrieve.Config{}
+	if f.embedder.Kind != embed.KindNone {
+		embedder, err := demoEmbed(ctx, pool, driver, f.embedder, report.TenantIDs)
+		if err != nil {
+			return err
+		}
+		defer embedder.Close()
+		cfg.Embedder = embedder
+	}
 	tenant := report.TenantIDs[0]
-	fmt.Printf("\ndemo: graphsync context --tenant %d %q\n\n", tenant, *question)
-	return writeContext(ctx, os.Stdout, driver, retrieve.Config{}, retrieve.FormatMarkdown, tenant, *question)
+	if *question != "" {
+		fmt.Printf("\ndemo: graphsync context --tenant %d %q\n\n", tenant, *question)
+		if err := writeContext(ctx, os.Stdout, driver, cfg, retrieve.FormatMarkdown, tenant, *question); err != nil {
+			return err
+		}
+	}
+	if *meaning == "" || cfg.Embedder == nil {
+		return nil
+	}
+	fmt.Printf("\ndemo: no word of this question is in the product that answers it; hybrid retrieval finds it by meaning\n")
+	fmt.Printf("demo: graphsync context --tenant %d --retrieval hybrid %q\n\n", tenant, *meaning)
+	cfg.Retrieval = retrieve.RetrievalHybrid
+	return writeContext(ctx, os.Stdout, driver, cfg, retrieve.FormatMarkdown, tenant, *meaning)
+}
+
+// demoMeaningQuestion shares no word with "... Tent" and its description
+// (demo workload, seed 1: tenant 1 sells tents).
+const demoMeaningQuestion = "a shelter for a night in the woods"
+
+// demoEmbed opens the embedder and runs the embedding stage over the demo's
+// tenants until nothing is pending.
+func demoEmbed(ctx context.Context, pool *pgxpool.Pool, driver neo4j.DriverWithContext, cfg embed.Config, tenants []int64) (embed.Embedder, error) {
+	embedder, err := embed.Open(cfg)
+	if err != nil {
+		if embed.IsStartError(err) {
+			return nil, usageError{err.Error()}
+		}
+		return nil, fmt.Errorf("open the embedder: %w", err)
+	}
+	s, err := stage.New(driver, stage.NewCache(pool), embedder, stage.Config{Tenants: tenants}, nil)
+	if err != nil {
+		embedder.Close()
+		return nil, err
+	}
+	start := time.Now()
+	round, err := s.Drain(ctx)
+	if err != nil {
+		embedder.Close()
+		return nil, fmt.Errorf("demo: embed: %w", err)
+	}
+	fmt.Printf("demo: embeddings current (%s, %d written after sync stopped, in %s)\n", embedder.Model(), round.Written, time.Since(start).Round(time.Millisecond))
+	return embedder, nil
 }
 
 func runSummary(ctx context.Context, args []string) error {

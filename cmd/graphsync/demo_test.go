@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -185,5 +186,45 @@ func TestInterruptedDemoLeavesNoReplicationSlot(t *testing.T) {
 	}
 	if slots != 0 || publications != 0 {
 		t.Errorf("the interrupted demo left %d replication slots and %d publications in its database", slots, publications)
+	}
+}
+
+// make demo ends with a question that shares no word with the product that
+// answers it, answered by hybrid retrieval over the vectors sync's
+// embedding stage wrote: the first entity of the last context is a tent.
+func TestDemoEndsWithAnAnswerByMeaning(t *testing.T) {
+	url, pool := stacktest.FreshDatabase(t)
+	driver := stacktest.Neo4j(t)
+	ctx := context.Background()
+	t.Cleanup(func() {
+		rows, err := pool.Query(ctx, `SELECT id FROM tenants`)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		stacktest.CleanGraph(t, driver, ids...)
+	})
+	code, out := runCapturingStdout(t, []string{"demo", "--wake", "poll", "--question", "", "--http-addr=", "--retention-every", "0",
+		"--log-level", "error", "--pg-url", url, "--neo4j-uri", stacktest.Neo4jURI(t)})
+	if code != 0 {
+		t.Fatalf("graphsync demo exited %d:\n%s", code, out)
+	}
+	last := out[strings.LastIndex(out, "# Graph context"):]
+	if !strings.Contains(out, "--retrieval hybrid "+strconv.Quote(demoMeaningQuestion)) {
+		t.Fatalf("the demo did not end with the question %q:\n%s", demoMeaningQuestion, last)
+	}
+	first := regexp.MustCompile(`(?m)^1\. Product \d+ "([^"]*)".*$`).FindStringSubmatch(last)
+	if first == nil || !strings.HasSuffix(first[1], " Tent") {
+		t.Fatalf("the last context's first entity is %v, want a tent:\n%s", first, last)
+	}
+	for _, word := range strings.Fields(demoMeaningQuestion) {
+		if len(word) > 3 && strings.Contains(strings.ToLower(first[0]), word) {
+			t.Errorf("the question shares %q with the answer %s", word, first[0])
+		}
 	}
 }

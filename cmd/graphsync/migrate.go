@@ -50,8 +50,18 @@ func runMigrate(ctx context.Context, args []string) error {
 		}
 		driverClose = func() { driver.Close(ctx) }
 		ensureGraph = func() error {
-			if err := projector.EnsureSchema(ctx, driver); err != nil || embedder == nil {
+			if err := projector.EnsureSchema(ctx, driver); err != nil {
 				return err
+			}
+			written, err := projector.BackfillTenantKeys(ctx, driver, graphmodel.Default, "")
+			if err != nil {
+				return err
+			}
+			if written > 0 {
+				fmt.Printf("neo4j: wrote the tenant key of %d nodes synced before it existed\n", written)
+			}
+			if embedder == nil {
+				return nil
 			}
 			// The vector index takes the embedder's dimension; none leaves
 			// it as it is.
