@@ -22,7 +22,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"graphsync/embed"
 	"graphsync/mcpserver"
+	"graphsync/redact"
 	"graphsync/retrieve"
 )
 
@@ -34,6 +36,8 @@ type mcpFlags struct {
 	callTimeout   time.Duration
 	maxConcurrent int
 	logQuestions  bool
+	retrieval     string
+	embedder      embed.Config
 }
 
 func (f *mcpFlags) register(fs *flag.FlagSet) {
@@ -43,6 +47,37 @@ func (f *mcpFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.callTimeout, "call-timeout", 15*time.Second, "bound of one tool call, waiting for a slot included; a slower graph gives a tool error")
 	fs.IntVar(&f.maxConcurrent, "max-concurrent-per-token", 4, "tool calls one token (or the stdio client) may have in flight; more wait for a slot within --call-timeout")
 	fs.BoolVar(&f.logQuestions, "log-questions", false, "log each graph_context question (personal data masked); off: questions never reach the log")
+	fs.StringVar(&f.retrieval, "retrieval", "", "graph_context seeds: lexical (fulltext), vector (meaning) or hybrid (both, fused); default hybrid, lexical with --embedder none")
+	f.embedder.RegisterFlags(fs)
+}
+
+// retrieveConfig is the retrieval graph_context runs, with the embedder the
+// flags name (nil for --embedder none or lexical retrieval). Missing or
+// corrupt model files stop the command at start (exit 2), as context does.
+func (f *mcpFlags) retrieveConfig() (retrieve.Config, error) {
+	cfg := retrieve.Config{Timeout: f.callTimeout}
+	if f.retrieval != "" {
+		r, err := retrieve.ParseRetrieval(f.retrieval)
+		if err != nil {
+			return retrieve.Config{}, usageError{"--retrieval: " + err.Error()}
+		}
+		if r != retrieve.RetrievalLexical && f.embedder.Kind == embed.KindNone {
+			return retrieve.Config{}, usageError{fmt.Sprintf("--retrieval %s needs an embedder: drop --embedder none", r)}
+		}
+		cfg.Retrieval = r
+	}
+	if cfg.Retrieval == retrieve.RetrievalLexical {
+		return cfg, nil
+	}
+	e, err := embed.Open(f.embedder)
+	switch {
+	case err != nil && embed.IsStartError(err):
+		return retrieve.Config{}, usageError{err.Error()}
+	case err != nil:
+		return retrieve.Config{}, fmt.Errorf("open the embedder: %s", redact.Text(err.Error()))
+	}
+	cfg.Embedder = e
+	return cfg, nil
 }
 
 // runMCP serves the tenant graph over the Model Context Protocol, or manages
@@ -71,6 +106,13 @@ func runMCP(ctx context.Context, args []string) error {
 	case f.httpAddr == "" && f.tenant <= 0:
 		return usageError{"stdio needs --tenant N (or GRAPHSYNC_TENANT): the one tenant whose graph the client may read; or serve HTTP with --http ADDR and tokens"}
 	}
+	rcfg, err := f.retrieveConfig()
+	if err != nil {
+		return err
+	}
+	if rcfg.Embedder != nil {
+		defer rcfg.Embedder.Close()
+	}
 	log, err := conn.logger()
 	if err != nil {
 		return err
@@ -79,12 +121,12 @@ func runMCP(ctx context.Context, args []string) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	return conn.withServers(ctx, 8, func(pool *pgxpool.Pool, driver neo4j.DriverWithContext) error {
-		return serveMCP(ctx, pool, driver, f, log)
+		return serveMCP(ctx, pool, driver, f, rcfg, log)
 	})
 }
 
-func serveMCP(ctx context.Context, pool *pgxpool.Pool, driver neo4j.DriverWithContext, f mcpFlags, log *zap.Logger) error {
-	r, err := retrieve.New(driver, retrieve.Config{Timeout: f.callTimeout})
+func serveMCP(ctx context.Context, pool *pgxpool.Pool, driver neo4j.DriverWithContext, f mcpFlags, rcfg retrieve.Config, log *zap.Logger) error {
+	r, err := retrieve.New(driver, rcfg)
 	if err != nil {
 		return err
 	}
