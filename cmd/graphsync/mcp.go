@@ -43,7 +43,7 @@ type mcpFlags struct {
 func (f *mcpFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.tenant, "tenant", 0, "stdio: the one tenant every call is for (env GRAPHSYNC_TENANT); not used with --http, where each token names its tenant")
 	fs.StringVar(&f.httpAddr, "http", "", "serve streamable HTTP on this address (endpoint /mcp, bearer tokens, /metrics) instead of stdio, e.g. 127.0.0.1:8765")
-	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "stdio: serve /metrics on this address (default: none)")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics (every tenant's call counts and latencies) on this address, apart from /mcp; keep it private (default: none)")
 	fs.DurationVar(&f.callTimeout, "call-timeout", 15*time.Second, "bound of one tool call, waiting for a slot included; a slower graph gives a tool error")
 	fs.IntVar(&f.maxConcurrent, "max-concurrent-per-token", 4, "tool calls one token (or the stdio client) may have in flight; more wait for a slot within --call-timeout")
 	fs.BoolVar(&f.logQuestions, "log-questions", false, "log each graph_context question (personal data masked); off: questions never reach the log")
@@ -139,14 +139,17 @@ func serveMCP(ctx context.Context, pool *pgxpool.Pool, driver neo4j.DriverWithCo
 	if err != nil {
 		return err
 	}
-	if f.httpAddr != "" {
-		handler := srv.Handler(mcpserver.HTTPOptions{Tokens: mcpserver.NewTokenStore(pool), Gatherer: registry})
-		return serveHTTP(ctx, f.httpAddr, handler, log, "mcp")
-	}
+	// /metrics counts every tenant's calls, so it is served on an address
+	// of its own (--metrics-addr), never beside /mcp where any token holder
+	// could read other tenants' activity from it.
 	if f.metricsAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
 		go func() { _ = serveHTTP(ctx, f.metricsAddr, mux, log, "metrics") }()
+	}
+	if f.httpAddr != "" {
+		handler := srv.Handler(mcpserver.HTTPOptions{Tokens: mcpserver.NewTokenStore(pool)})
+		return serveHTTP(ctx, f.httpAddr, handler, log, "mcp")
 	}
 	log.Info("mcp serving stdio", zap.Int64("tenant_id", f.tenant))
 	err = srv.MCP(&mcpserver.Caller{TokenID: "stdio", TenantID: f.tenant}).Run(ctx, &mcp.StdioTransport{})

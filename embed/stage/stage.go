@@ -166,6 +166,16 @@ func (s *Stage) Run(ctx context.Context) error {
 			s.log.Warn("embedding round failed; retrying", zap.Duration("in", wait), zap.String("error", redact.Text(err.Error())))
 		case round.Read == 0:
 			wait = s.cfg.Idle
+		case round.Written+round.Remarked+round.Dropped == 0:
+			// Every node read was refused (a server that answers 401, or
+			// garbage for every text): back off as after a failure rather
+			// than ask again at once.
+			if wait == 0 {
+				wait = s.cfg.Backoff
+			} else {
+				wait = min(wait*2, s.cfg.BackoffMax)
+			}
+			s.log.Warn("embedding round: the embedder refused every text; retrying", zap.Duration("in", wait), zap.Int("refused", round.Refused))
 		default:
 			wait = 0
 		}
