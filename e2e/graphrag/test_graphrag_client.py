@@ -10,7 +10,7 @@ products gets k results and that the product a question names by meaning
 only is among the first three. HybridRetriever itself has
 no tenant filter (it runs both indexes' top-k over every tenant): it is run to
 show it works on the graph, and the script prints how many of its rows were
-other tenants' (docs/embeddings-retrieval.md says how to restrict it).
+other tenants' (docs/retrieval.md says how to restrict it).
 Any failure exits non-zero; nothing is skipped."""
 import argparse
 import os
