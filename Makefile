@@ -61,9 +61,7 @@ test-graphrag: build
 	scripts/graphrag-client.sh
 
 test-e2e:
-	. $(ENV_FILE) && pkgs="$$($(GO) list -e ./e2e/... 2>/dev/null || true)"; \
-	if [ -z "$$pkgs" ]; then echo "make test-e2e: no Go packages under ./e2e yet"; \
-	else $(GO) test $(GO_TEST_FLAGS) $$pkgs; fi
+	. $(ENV_FILE) && $(GO) test $(GO_TEST_FLAGS) ./e2e/...
 
 vet:
 	$(GO) vet ./...
@@ -75,8 +73,7 @@ MCP_VENV := .local/venv-mcp
 mcp-client-venv: $(MCP_VENV)/.installed
 
 $(MCP_VENV)/.installed: scripts/mcp-client/requirements.txt
-	python3 -m venv $(MCP_VENV)
-	$(MCP_VENV)/bin/pip install --quiet --disable-pip-version-check -r scripts/mcp-client/requirements.txt
+	scripts/venv.sh $(MCP_VENV) scripts/mcp-client/requirements.txt
 	touch $@
 
 # graph_context over streamable HTTP with 1, 10 and 50 concurrent clients

@@ -18,7 +18,8 @@ const (
 	// RetrievalVector: the question's vector against the products'
 	// embeddings alone (meaning).
 	RetrievalVector Retrieval = "vector"
-	// RetrievalHybrid: both rankings, fused by reciprocal rank.
+	// RetrievalHybrid: both rankings, their scores normalised per question and
+	// combined (fuse: 0.8 vector, 0.2 fulltext).
 	RetrievalHybrid Retrieval = "hybrid"
 )
 

@@ -16,13 +16,7 @@ VENV="$GRAPHSYNC_LOCAL/graphrag-venv"
 REQUIREMENTS="$GRAPHSYNC_ROOT/e2e/graphrag/requirements.txt"
 BIN="$GRAPHSYNC_ROOT/bin/graphsync"
 
-if [ ! -x "$VENV/bin/python" ] || ! cmp -s "$REQUIREMENTS" "$VENV/requirements.txt"; then
-  log "installing the GraphRAG client test's Python packages into $VENV"
-  rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQUIREMENTS"
-  cp "$REQUIREMENTS" "$VENV/requirements.txt"
-fi
+"$GRAPHSYNC_ROOT/scripts/venv.sh" "$VENV" "$REQUIREMENTS"
 
 # shellcheck source=/dev/null
 . "$GRAPHSYNC_LOCAL/services.env"

@@ -30,7 +30,7 @@ type contextFlags struct {
 func (f *contextFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.tenant, "tenant", 0, "tenant whose graph is searched (required)")
 	fs.StringVar(&f.format, "format", "markdown", "markdown or json (neo4j-graphrag's RetrieverResult shape)")
-	fs.IntVar(&f.topK, "top-k", retrieve.DefaultTopK, fmt.Sprintf("seed nodes taken from the fulltext index, best first (1-%d)", retrieve.MaxTopK))
+	fs.IntVar(&f.topK, "top-k", retrieve.DefaultTopK, fmt.Sprintf("seed nodes (fulltext, vector or both fused, per --retrieval), best first (1-%d)", retrieve.MaxTopK))
 	fs.IntVar(&f.hops, "hops", retrieve.MaxHops, "expansion: 0 seeds only, 1 + category and orders, 2 + bought together and buyer segments/countries")
 	fs.IntVar(&f.maxChars, "max-chars", retrieve.DefaultMaxChars, fmt.Sprintf("budget of context characters, most relevant first (at least %d)", retrieve.MinMaxChars))
 	fs.StringVar(&f.retrieval, "retrieval", "", "lexical (fulltext), vector (meaning) or hybrid (both, fused); default hybrid, lexical with --embedder none")
