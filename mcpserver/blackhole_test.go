@@ -1,9 +1,11 @@
 package mcpserver_test
 
 import (
+	"context"
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 )
@@ -47,5 +49,15 @@ func hangingDriver(t testing.TB, addr string) neo4j.DriverWithContext {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = driver.Close(t.Context()) })
+	// The driver sets up its connector lazily, on the first connection, and
+	// two first connections at once race on it (neo4j-go-driver v5.28.4,
+	// connector.go: SupplyConnection). graphsync's commands verify
+	// connectivity before serving, so their first connection is alone; do
+	// the same here. Against the black hole it can only time out.
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if err := driver.VerifyConnectivity(ctx); err == nil {
+		t.Fatal("a black hole verified as a Neo4j server")
+	}
 	return driver
 }
