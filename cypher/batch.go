@@ -80,5 +80,71 @@ func (b *Builder) Batch(stmts []Statement) (Batch, error) {
 	return out, nil
 }
 
+// StatementRows bounds the rows one statement of a Batch sends in its
+// UNWIND list. A batch holding more (the CONTAINS rows of a 5,000-line
+// order beside other orders) is sent as several Batch queries in one
+// transaction (Batches), so one query's parameters and the rows Neo4j
+// buffers for it stay bounded whatever the size of an event; the
+// transaction stays all or nothing (docs/adr/0026-large-events.md).
+const StatementRows = 5000
+
+// Batches is Batch for statements of any size: it packs them into as few
+// queries as it can with at most StatementRows rows per statement, to run
+// in order in one transaction. A statement over the bound is split into
+// chunks of consecutive rows; the statements after it go with its last
+// chunk, so the order they run in is the order of stmts, as with one query.
+func (b *Builder) Batches(stmts []Statement) ([]Batch, error) {
+	return b.batches(stmts, StatementRows)
+}
+
+func (b *Builder) batches(stmts []Statement, maxRows int) ([]Batch, error) {
+	var out []Batch
+	var current []Statement
+	flush := func() error {
+		batch, err := b.Batch(current)
+		if err != nil {
+			return err
+		}
+		out = append(out, batch)
+		current = nil
+		return nil
+	}
+	for _, stmt := range stmts {
+		rows, _ := stmt.Params["rows"].([]any)
+		for len(rows) > maxRows {
+			current = append(current, chunkOf(stmt, rows[:maxRows]))
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			rows = rows[maxRows:]
+		}
+		if len(rows) < len(stmtRows(stmt)) {
+			stmt = chunkOf(stmt, rows)
+		}
+		current = append(current, stmt)
+	}
+	if len(current) > 0 {
+		if err := flush(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func stmtRows(stmt Statement) []any {
+	rows, _ := stmt.Params["rows"].([]any)
+	return rows
+}
+
+// chunkOf is stmt with only rows, expecting as many as it holds when stmt
+// expects all of its rows.
+func chunkOf(stmt Statement, rows []any) Statement {
+	expect := stmt.Expect
+	if expect >= 0 {
+		expect = len(rows)
+	}
+	return Statement{Text: stmt.Text, Params: map[string]any{"rows": rows}, Expect: expect}
+}
+
 // BatchText is the query every Batch sends.
 func (b *Builder) BatchText() string { return b.batch.text }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"graphsync/graphmodel"
 )
 
 func TestBatchText(t *testing.T) {
@@ -91,5 +93,75 @@ func TestBatchCarriesEveryStatement(t *testing.T) {
 	// A statement the builder does not have is refused, not dropped.
 	if _, err := b.Batch([]Statement{{Text: "UNWIND $rows AS row RETURN row"}}); err == nil {
 		t.Error("Batch took a statement the builder does not have")
+	}
+}
+
+// Batches splits a statement over the row bound into chunks of consecutive
+// rows and keeps the order statements run in: read batch by batch, slot by
+// slot, the rows are the statements' rows in the statements' order, no
+// statement sends more than the bound, and the expected counts add up.
+func TestBatchesSplitLargeStatementsInOrder(t *testing.T) {
+	b := newBuilder(t)
+	mut := sampleMutations()
+	for line := int64(2); line <= 23; line++ { // one order of 23 lines
+		mut.Rels = append(mut.Rels, graphmodel.RelUpsert{Type: graphmodel.RelContains, TenantID: 1, FromID: 9, ToID: 7, OutboxID: 12,
+			Props: map[string]any{"line_no": line, "quantity": int64(1), "unit_price_cents": int64(5)}})
+	}
+	stmts, err := b.Statements(mut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const maxRows = 5
+	batches, err := b.batches(stmts, maxRows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(batches) < 5 {
+		t.Fatalf("%d batches for 23 CONTAINS rows at %d rows a statement: the statement was not split", len(batches), maxRows)
+	}
+	// What runs, in the order it runs: per batch, the slots in text order.
+	type piece struct {
+		text string
+		rows []any
+	}
+	var ran []piece
+	for _, batch := range batches {
+		if batch.Text != b.BatchText() {
+			t.Fatal("a batch's text differs from BatchText")
+		}
+		slots := batch.Params[batchParam].(map[string]any)
+		for _, text := range b.Texts() {
+			rows := slots[slotKey(b.batch.slot[text])].([]any)
+			if len(rows) > maxRows {
+				t.Errorf("a statement sends %d rows, over the bound of %d", len(rows), maxRows)
+			}
+			if len(rows) > 0 {
+				if n := len(ran); n > 0 && ran[n-1].text == text {
+					ran[n-1].rows = append(ran[n-1].rows, rows...)
+				} else {
+					ran = append(ran, piece{text, rows})
+				}
+			}
+		}
+	}
+	if len(ran) != len(stmts) {
+		t.Fatalf("%d runs of statements, want the %d statements once each, in order", len(ran), len(stmts))
+	}
+	for i, stmt := range stmts {
+		if ran[i].text != stmt.Text || !reflect.DeepEqual(ran[i].rows, stmt.Params["rows"]) {
+			t.Errorf("statement %d runs out of order or with other rows:\n%s", i, stmt.Text)
+		}
+	}
+	want, got := 0, 0
+	for _, stmt := range stmts {
+		want += max(stmt.Expect, 0)
+	}
+	for _, batch := range batches {
+		for _, e := range batch.Expect {
+			got += max(e, 0)
+		}
+	}
+	if got != want || want < 23 {
+		t.Errorf("the batches expect %d rows in all, the statements %d", got, want)
 	}
 }

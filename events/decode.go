@@ -33,19 +33,23 @@ type eventError struct {
 func (e *eventError) Error() string { return e.msg }
 func (e *eventError) Unwrap() error { return e.kind }
 
-// Limits bound one event, so that no event can make a statement of any size.
+// Limits bound one event, so that no event can hold the projector's memory
+// or a Neo4j transaction without bound. They are far above what business
+// data reaches (a B2B order of 50,000 lines is about 3.7 MB): an event over
+// them is absurd, not large, and goes to the DLQ naming the limit. Large
+// events are applied in parts within one transaction (cypher.Builder.Batches).
 // The zero value of a field means its default.
 type Limits struct {
-	// MaxPayloadBytes bounds the stored payload. Default: 256 KiB.
+	// MaxPayloadBytes bounds the stored payload. Default: 16 MiB.
 	MaxPayloadBytes int
-	// MaxOrderLines bounds the lines of an OrderPlaced. Default: 1000.
+	// MaxOrderLines bounds the lines of an OrderPlaced. Default: 50,000.
 	MaxOrderLines int
 }
 
-// Default limits.
+// Default limits (docs/adr/0026-large-events.md).
 const (
-	DefaultMaxPayloadBytes = 256 << 10
-	DefaultMaxOrderLines   = 1000
+	DefaultMaxPayloadBytes = 16 << 20
+	DefaultMaxOrderLines   = 50_000
 )
 
 // WithDefaults fills the zero fields.

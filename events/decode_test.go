@@ -111,21 +111,6 @@ func TestDecodeErrors(t *testing.T) {
 		{"bad time", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { d["placed_at"] = "yesterday" }), `payload does not decode`, ErrInvalidPayload},
 		{"zero time", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { d["placed_at"] = "0001-01-01T00:00:00Z" }),
 			`placed_at is missing or the zero time (0001-01-01T00:00:00Z)`, ErrInvalidPayload},
-		{"payload over the limit", "OrderPlaced", 1, "Order", placed(func(d map[string]any) { d["note"] = strings.Repeat("x", DefaultMaxPayloadBytes) }),
-			`bytes, over the limit of 262144 (max payload bytes)`, ErrInvalidPayload},
-		{"too many lines", "OrderPlaced", 1, "Order", placed(func(d map[string]any) {
-			first := line(d, 0)
-			lines := make([]any, DefaultMaxOrderLines+1)
-			for i := range lines {
-				l := map[string]any{}
-				for k, v := range first {
-					l[k] = v
-				}
-				l["line_no"] = i + 1
-				lines[i] = l
-			}
-			d["lines"] = lines
-		}), `lines has 1001 entries, over the limit of 1000 (max order lines)`, ErrInvalidPayload},
 		{"nested too deep", "OrderPlaced", 1, "Order", placed(func(d map[string]any) {
 			var deep any = 1
 			for range 20_000 {
@@ -158,6 +143,61 @@ func TestDecodeErrors(t *testing.T) {
 				t.Fatalf("error %q is not %v", err, tc.kind)
 			}
 		})
+	}
+}
+
+// An event over the configured limits is refused naming the limit; the
+// defaults take a real B2B order (issue 37: a 5,000-line OrderPlaced of
+// about 369 kB went to the DLQ under the old 256 KiB / 1,000-line defaults).
+func TestDecodeLimits(t *testing.T) {
+	placedWith := func(n int, note string) []byte {
+		doc := toMap(orderPlaced(42, 1))
+		first := doc["lines"].([]any)[0].(map[string]any)
+		lines := make([]any, n)
+		for i := range lines {
+			l := map[string]any{}
+			for k, v := range first {
+				l[k] = v
+			}
+			l["line_no"] = i + 1
+			lines[i] = l
+		}
+		doc["lines"] = lines
+		if note != "" {
+			doc["note"] = note
+		}
+		b, _ := json.Marshal(doc)
+		return b
+	}
+	record := func(payload []byte) Record {
+		return Record{OutboxID: 42, AggregateType: AggregateOrder, AggregateID: 42, EventType: TypeOrderPlaced, EventVersion: 1, Payload: payload}
+	}
+	limits := Limits{MaxPayloadBytes: 64 << 10, MaxOrderLines: 10}
+	for _, tc := range []struct {
+		name    string
+		payload []byte
+		want    string
+	}{
+		{"payload over the limit", placedWith(1, strings.Repeat("x", limits.MaxPayloadBytes)), `bytes, over the limit of 65536 (max payload bytes)`},
+		{"too many lines", placedWith(limits.MaxOrderLines+1, ""), `lines has 11 entries, over the limit of 10 (max order lines)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeWithin(record(tc.payload), limits)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrInvalidPayload) {
+				t.Fatalf("DecodeWithin = %v, want an invalid payload error containing %q", err, tc.want)
+			}
+		})
+	}
+	big := placedWith(5000, "")
+	if len(big) < 256<<10 {
+		t.Fatalf("a 5,000-line order is %d bytes: the test wants one over the old 256 KiB default", len(big))
+	}
+	ev, err := Decode(record(big))
+	if err != nil {
+		t.Fatalf("a valid 5,000-line order (%d bytes) under the default limits: %v", len(big), err)
+	}
+	if got := len(ev.(OrderPlaced).Lines); got != 5000 {
+		t.Fatalf("decoded %d lines, want 5000", got)
 	}
 }
 

@@ -155,12 +155,16 @@ func (p *Projector) apply(ctx context.Context, items []*item, ahead *lookAhead) 
 		// skipping the removal on it left a product in two categories
 		// (TestSingleRelationshipFollowsAWriteCommittedDuringTheBatch).
 		if stmts := p.builder.StatementsOf(statementRows(accepted)); len(stmts) > 0 {
-			batch, err := p.builder.Batch(stmts)
+			// A large event (an order of thousands of lines) is sent as
+			// several queries of bounded rows, in this one transaction.
+			batches, err := p.builder.Batches(stmts)
 			if err != nil {
 				return nil, err
 			}
-			if err := runBatch(ctx, tx, batch); err != nil {
-				return nil, notRetriedIfTooLarge(err)
+			for _, batch := range batches {
+				if err := runBatch(ctx, tx, batch); err != nil {
+					return nil, notRetriedIfTooLarge(err)
+				}
 			}
 		}
 		rejected = refused
