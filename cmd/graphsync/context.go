@@ -18,13 +18,59 @@ import (
 
 // contextFlags are the settings of `graphsync context`.
 type contextFlags struct {
-	tenant    int64
-	format    string
-	topK      int
-	hops      int
-	maxChars  int
+	tenant   int64
+	format   string
+	topK     int
+	hops     int
+	maxChars int
+	seeds    seedFlags
+}
+
+// seedFlags choose how seeds are found (--retrieval) and with which
+// embedder; context and mcp share them.
+type seedFlags struct {
 	retrieval string
 	embedder  embed.Config
+}
+
+func (f *seedFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.retrieval, "retrieval", "", "lexical (fulltext), vector (meaning) or hybrid (both, fused); default hybrid, lexical with --embedder none")
+	f.embedder.RegisterFlags(fs)
+}
+
+// apply checks --retrieval against --embedder and sets cfg.Retrieval.
+func (f *seedFlags) apply(cfg *retrieve.Config) error {
+	if f.retrieval == "" {
+		return nil
+	}
+	r, err := retrieve.ParseRetrieval(f.retrieval)
+	if err != nil {
+		return usageError{"--retrieval: " + err.Error()}
+	}
+	if r != retrieve.RetrievalLexical && f.embedder.Kind == embed.KindNone {
+		return usageError{fmt.Sprintf("--retrieval %s needs an embedder: drop --embedder none", r)}
+	}
+	cfg.Retrieval = r
+	return nil
+}
+
+// openEmbedder opens the embedder the flags name into cfg, unless retrieval
+// is lexical (nothing to embed): nil for --embedder none. Missing or corrupt
+// model files stop the command with one line naming the file and the make
+// target that fetches it (exit 2).
+func (f *seedFlags) openEmbedder(cfg *retrieve.Config) error {
+	if cfg.Retrieval == retrieve.RetrievalLexical {
+		return nil
+	}
+	e, err := embed.Open(f.embedder)
+	switch {
+	case err != nil && embed.IsStartError(err):
+		return usageError{err.Error()}
+	case err != nil:
+		return fmt.Errorf("open the embedder: %s", redact.Text(err.Error()))
+	}
+	cfg.Embedder = e
+	return nil
 }
 
 func (f *contextFlags) register(fs *flag.FlagSet) {
@@ -33,8 +79,7 @@ func (f *contextFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.topK, "top-k", retrieve.DefaultTopK, fmt.Sprintf("seed nodes (fulltext, vector or both fused, per --retrieval), best first (1-%d)", retrieve.MaxTopK))
 	fs.IntVar(&f.hops, "hops", retrieve.MaxHops, "expansion: 0 seeds only, 1 + category and orders, 2 + bought together and buyer segments/countries")
 	fs.IntVar(&f.maxChars, "max-chars", retrieve.DefaultMaxChars, fmt.Sprintf("budget of context characters, most relevant first (at least %d)", retrieve.MinMaxChars))
-	fs.StringVar(&f.retrieval, "retrieval", "", "lexical (fulltext), vector (meaning) or hybrid (both, fused); default hybrid, lexical with --embedder none")
-	f.embedder.RegisterFlags(fs)
+	f.seeds.register(fs)
 }
 
 // config checks the flags and turns them into a retrieve.Config.
@@ -58,34 +103,10 @@ func (f *contextFlags) config() (retrieve.Config, retrieve.Format, error) {
 		return retrieve.Config{}, "", usageError{fmt.Sprintf("--max-chars must be at least %d, got %d", retrieve.MinMaxChars, f.maxChars)}
 	}
 	cfg := retrieve.Config{TopK: f.topK, Hops: f.hops, NoHops: f.hops == 0, MaxChars: f.maxChars}
-	if f.retrieval != "" {
-		if cfg.Retrieval, err = retrieve.ParseRetrieval(f.retrieval); err != nil {
-			return retrieve.Config{}, "", usageError{"--retrieval: " + err.Error()}
-		}
-		if cfg.Retrieval != retrieve.RetrievalLexical && f.embedder.Kind == embed.KindNone {
-			return retrieve.Config{}, "", usageError{fmt.Sprintf("--retrieval %s needs an embedder: drop --embedder none", cfg.Retrieval)}
-		}
+	if err := f.seeds.apply(&cfg); err != nil {
+		return retrieve.Config{}, "", err
 	}
 	return cfg, format, nil
-}
-
-// openEmbedder opens the embedder the flags name, unless retrieval is
-// lexical (nothing to embed): nil for --embedder none. Missing or corrupt
-// model files stop the command with one line naming the file and the make
-// target that fetches it (exit 2).
-func (f *contextFlags) openEmbedder(cfg *retrieve.Config) error {
-	if cfg.Retrieval == retrieve.RetrievalLexical {
-		return nil
-	}
-	e, err := embed.Open(f.embedder)
-	switch {
-	case err != nil && embed.IsStartError(err):
-		return usageError{err.Error()}
-	case err != nil:
-		return fmt.Errorf("open the embedder: %s", redact.Text(err.Error()))
-	}
-	cfg.Embedder = e
-	return nil
 }
 
 // runContext prints the graph context of a question for one tenant.
@@ -107,7 +128,7 @@ func runContext(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := f.openEmbedder(&cfg); err != nil {
+	if err := f.seeds.openEmbedder(&cfg); err != nil {
 		return err
 	}
 	if cfg.Embedder != nil {

@@ -22,9 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
-	"graphsync/embed"
 	"graphsync/mcpserver"
-	"graphsync/redact"
 	"graphsync/retrieve"
 )
 
@@ -36,8 +34,7 @@ type mcpFlags struct {
 	callTimeout   time.Duration
 	maxConcurrent int
 	logQuestions  bool
-	retrieval     string
-	embedder      embed.Config
+	seeds         seedFlags
 }
 
 func (f *mcpFlags) register(fs *flag.FlagSet) {
@@ -47,36 +44,19 @@ func (f *mcpFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.callTimeout, "call-timeout", 15*time.Second, "bound of one tool call, waiting for a slot included; a slower graph gives a tool error")
 	fs.IntVar(&f.maxConcurrent, "max-concurrent-per-token", 4, "tool calls one token (or the stdio client) may have in flight; more wait for a slot within --call-timeout")
 	fs.BoolVar(&f.logQuestions, "log-questions", false, "log each graph_context question (personal data masked); off: questions never reach the log")
-	fs.StringVar(&f.retrieval, "retrieval", "", "graph_context seeds: lexical (fulltext), vector (meaning) or hybrid (both, fused); default hybrid, lexical with --embedder none")
-	f.embedder.RegisterFlags(fs)
+	f.seeds.register(fs)
 }
 
 // retrieveConfig is the retrieval graph_context runs, with the embedder the
-// flags name (nil for --embedder none or lexical retrieval). Missing or
-// corrupt model files stop the command at start (exit 2), as context does.
+// flags name (nil for --embedder none or lexical retrieval), as context's.
 func (f *mcpFlags) retrieveConfig() (retrieve.Config, error) {
 	cfg := retrieve.Config{Timeout: f.callTimeout}
-	if f.retrieval != "" {
-		r, err := retrieve.ParseRetrieval(f.retrieval)
-		if err != nil {
-			return retrieve.Config{}, usageError{"--retrieval: " + err.Error()}
-		}
-		if r != retrieve.RetrievalLexical && f.embedder.Kind == embed.KindNone {
-			return retrieve.Config{}, usageError{fmt.Sprintf("--retrieval %s needs an embedder: drop --embedder none", r)}
-		}
-		cfg.Retrieval = r
+	if err := f.seeds.apply(&cfg); err != nil {
+		return retrieve.Config{}, err
 	}
-	if cfg.Retrieval == retrieve.RetrievalLexical {
-		return cfg, nil
+	if err := f.seeds.openEmbedder(&cfg); err != nil {
+		return retrieve.Config{}, err
 	}
-	e, err := embed.Open(f.embedder)
-	switch {
-	case err != nil && embed.IsStartError(err):
-		return retrieve.Config{}, usageError{err.Error()}
-	case err != nil:
-		return retrieve.Config{}, fmt.Errorf("open the embedder: %s", redact.Text(err.Error()))
-	}
-	cfg.Embedder = e
 	return cfg, nil
 }
 
