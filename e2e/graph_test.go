@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+
+	"graphsync/graphmodel"
 )
 
 // The graph the tests expect, derived from PostgreSQL by the tests' own SQL.
@@ -335,8 +337,18 @@ func canonicalize(nodes []graphNode, rels []graphRel) *canonGraph {
 		label := strings.Join(n.labels, ":")
 		props := maps(n.props)
 		key := nodeKey(label, props["tenant_id"], props["id"])
+		tenantID := props["tenant_id"]
 		delete(props, "tenant_id")
 		delete(props, "id")
+		// The tenant key is derived from tenant_id, not from a row: check
+		// it is that, then compare the rest with the rows.
+		if graphmodel.Default.TenantKeyed(label) {
+			tid, _ := tenantID.(int64)
+			if got, want := props[graphmodel.KeyTenantKey], graphmodel.TenantKey(tid); got != want {
+				g.problems = append(g.problems, fmt.Sprintf("%s has %s %s, want %q", key, graphmodel.KeyTenantKey, renderValue(got), want))
+			}
+			delete(props, graphmodel.KeyTenantKey)
+		}
 		if slices.Contains(referenceLabels, label) {
 			if id, ok := props["sync_outbox_id"].(int64); !ok || id <= 0 {
 				g.problems = append(g.problems, fmt.Sprintf("%s has no positive sync_outbox_id: %s", key, renderValue(props["sync_outbox_id"])))
