@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
 	"graphsync/internal/stacktest"
@@ -98,19 +99,7 @@ func TestDemoLeavesNoReplicationSlot(t *testing.T) {
 	url, pool := stacktest.FreshDatabase(t)
 	driver := stacktest.Neo4j(t)
 	ctx := context.Background()
-	t.Cleanup(func() {
-		rows, err := pool.Query(ctx, `SELECT id FROM tenants`)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		stacktest.CleanGraph(t, driver, ids...)
-	})
+	cleanDemoGraph(t, ctx, pool, driver)
 	code := run([]string{"demo", "--wake", "stream", "--tenants", "1", "--products", "3", "--customers", "2", "--orders", "4",
 		"--question", "", "--http-addr=", "--retention-every", "0", "--log-level", "error",
 		"--pg-url", url, "--neo4j-uri", stacktest.Neo4jURI(t)})
@@ -196,19 +185,7 @@ func TestDemoEndsWithAnAnswerByMeaning(t *testing.T) {
 	url, pool := stacktest.FreshDatabase(t)
 	driver := stacktest.Neo4j(t)
 	ctx := context.Background()
-	t.Cleanup(func() {
-		rows, err := pool.Query(ctx, `SELECT id FROM tenants`)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		stacktest.CleanGraph(t, driver, ids...)
-	})
+	cleanDemoGraph(t, ctx, pool, driver)
 	code, out := runCapturingStdout(t, []string{"demo", "--wake", "poll", "--question", "", "--http-addr=", "--retention-every", "0",
 		"--log-level", "error", "--pg-url", url, "--neo4j-uri", stacktest.Neo4jURI(t)})
 	if code != 0 {
@@ -227,4 +204,23 @@ func TestDemoEndsWithAnAnswerByMeaning(t *testing.T) {
 			t.Errorf("the question shares %q with the answer %s", word, first[0])
 		}
 	}
+}
+
+// cleanDemoGraph removes, at the test's end, the graph of every tenant the
+// demo wrote into the test's own database.
+func cleanDemoGraph(t *testing.T, ctx context.Context, pool *pgxpool.Pool, driver neo4j.DriverWithContext) {
+	t.Helper()
+	t.Cleanup(func() {
+		rows, err := pool.Query(ctx, `SELECT id FROM tenants`)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		stacktest.CleanGraph(t, driver, ids...)
+	})
 }
