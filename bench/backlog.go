@@ -64,7 +64,7 @@ func runBacklog(ctx context.Context, st *stack, cfg benchConfig, mode string, ev
 	log.Info("backlog written; syncing until caught up", zap.Int64("events", report.Events), zap.Duration("took", written))
 
 	result.UntilCaughtUp = cfg.backlogUntilCaughtUp
-	if err := sc.startSync(ctx, syncSettings{mode: mode, batchSize: cfg.batchSize, workers: cfg.workers, untilCaughtUp: cfg.backlogUntilCaughtUp}); err != nil {
+	if err := sc.startSync(ctx, syncSettings{mode: mode, batchSize: cfg.batchSize, backlogBatchSize: cfg.backlogBatchSize, workers: cfg.workers, untilCaughtUp: cfg.backlogUntilCaughtUp}); err != nil {
 		return result, err
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, phaseTimeout(events, 150))

@@ -174,16 +174,16 @@ const ceilingRounds = 3
 // transactions into an empty graph of the same tenants (the throughput
 // scenario has cleaned its own), compares the graph with sync's, and cleans
 // it, ceilingRounds times.
-func runCeiling(ctx context.Context, st *stack, cfg benchConfig, from throughputRun, log *zap.Logger) (result ceilingResult, err error) {
-	result = ceilingResult{BatchSize: cfg.batchSize, EventsFrom: "throughput/" + from.result.Mode,
+func runCeiling(ctx context.Context, st *stack, batchSize int, from throughputRun, log *zap.Logger) (result ceilingResult, err error) {
+	result = ceilingResult{BatchSize: batchSize, EventsFrom: "throughput/" + from.result.Mode,
 		Method: fmt.Sprintf("events decoded before timing; one write transaction per batch of events, one UNWIND ... MERGE statement per label and relationship type "+
 			"(nodes, then product deletes, then relationships), no guards; timed from the first transaction's start to the last commit, one session; "+
 			"median of %d rounds, each into an empty graph", ceilingRounds)}
-	log = log.With(zap.String("scenario", "ceiling"))
+	log = log.With(zap.String("scenario", "ceiling"), zap.Int("batch_size", batchSize))
 	if len(from.events) == 0 {
 		return result, fmt.Errorf("no events to replay")
 	}
-	batches, err := ceilingBatches(from.events, cfg.batchSize)
+	batches, err := ceilingBatches(from.events, batchSize)
 	if err != nil {
 		return result, err
 	}

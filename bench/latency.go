@@ -96,7 +96,7 @@ func runLatency(ctx context.Context, st *stack, cfg benchConfig, mode, embedder 
 			err = errors.Join(err, fmt.Errorf("clean up: %w", cleanErr))
 		}
 	}()
-	if err := sc.startSync(ctx, syncSettings{mode: mode, batchSize: cfg.batchSize, workers: cfg.workers, embedder: embedder}); err != nil {
+	if err := sc.startSync(ctx, syncSettings{mode: mode, batchSize: cfg.batchSize, backlogBatchSize: cfg.backlogBatchSize, workers: cfg.workers, embedder: embedder}); err != nil {
 		return result, err
 	}
 	if _, err := sc.warmUp(ctx, latencySetup); err != nil {

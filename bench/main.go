@@ -75,12 +75,16 @@ type benchConfig struct {
 	// Neo4j for the whole run (see resident.go).
 	residentNodes int64
 	batchSize     int
-	workers       int
-	writers       int
-	ordersPerTx   int
-	timeout       time.Duration
-	binary        string
-	outDir        string
+	// backlogBatchSize is sync's --backlog-batch-size, and the events per
+	// transaction of the backlog ceiling: a backlog drain is compared with
+	// plain MERGE at the batch size sync itself grew to.
+	backlogBatchSize int
+	workers          int
+	writers          int
+	ordersPerTx      int
+	timeout          time.Duration
+	binary           string
+	outDir           string
 	// latencyProbes, when set, is a CSV file that gets every measured
 	// probe of the latency scenario (see writeProbes), each row marked
 	// with probesRun, the run's start.
@@ -111,6 +115,7 @@ func parseConfig(args []string) (benchConfig, error) {
 	latencyDuration := fs.Duration("latency-duration", 20*time.Second, "latency scenario: how long the rate is offered and measured")
 	latencyWarmUp := fs.Duration("latency-warm-up", 0, "latency scenario: how long the rate is offered before the measured part (0: the first probe counts; sync plans its statements as it starts)")
 	batchSize := fs.Int("batch-size", 500, "sync --batch-size, and the ceiling's events per transaction")
+	backlogBatchSize := fs.Int("backlog-batch-size", 0, "sync --backlog-batch-size, and the backlog ceiling's events per transaction (default 4 × -batch-size, sync's own default)")
 	workers := fs.Int("workers", 1, "sync --workers")
 	writers := fs.Int("writers", 4, "throughput scenario: concurrent workload writers")
 	ordersPerTx := fs.Int("orders-per-tx", 1, "throughput scenario: business changes (each with its event) per transaction")
@@ -142,7 +147,7 @@ func parseConfig(args []string) (benchConfig, error) {
 	}
 	cfg := benchConfig{
 		quick: *quick, scale: *scale, latencyRate: *rate, latencyTextEvery: *textEvery, latencyDuration: *latencyDuration, latencyWarmUp: *latencyWarmUp,
-		batchSize: *batchSize, workers: *workers, writers: *writers, ordersPerTx: *ordersPerTx,
+		batchSize: *batchSize, backlogBatchSize: *backlogBatchSize, workers: *workers, writers: *writers, ordersPerTx: *ordersPerTx,
 		timeout: *timeout, binary: *binary, outDir: *outDir, latencyProbes: *latencyProbes, scenarios: map[string]bool{},
 		backlogUntilCaughtUp: *backlogUntilCaughtUp, residentNodes: max(*resident, 0),
 	}
@@ -179,6 +184,12 @@ func parseConfig(args []string) (benchConfig, error) {
 			return cfg, fmt.Errorf("-backlogs: %q is not a positive event count", field)
 		}
 		cfg.backlogEvents = append(cfg.backlogEvents, scaled(n, cfg.scale))
+	}
+	if cfg.backlogBatchSize == 0 {
+		cfg.backlogBatchSize = 4 * cfg.batchSize
+	}
+	if cfg.backlogBatchSize < cfg.batchSize {
+		return cfg, fmt.Errorf("-backlog-batch-size %d is smaller than -batch-size %d", cfg.backlogBatchSize, cfg.batchSize)
 	}
 	for _, p := range []struct {
 		name  string
@@ -336,12 +347,25 @@ func measure(ctx context.Context, cfg benchConfig, log *zap.Logger) (*results, e
 			res.Throughput = append(res.Throughput, run.result)
 		}
 		if cfg.scenarios["ceiling"] {
-			ceiling, err := runCeiling(ctx, st, cfg, replay, log)
+			// Two yardsticks: transactions of sync's --batch-size for the
+			// throughput runs, and of its --backlog-batch-size for the
+			// backlog drains, whose batches grow to that size.
+			ceiling, err := runCeiling(ctx, st, cfg.batchSize, replay, log)
 			if err != nil {
 				ceiling.Error = err.Error()
-				log.Error("ceiling scenario failed", zap.Error(err))
+				log.Error("ceiling scenario failed", zap.Int("batch_size", cfg.batchSize), zap.Error(err))
 			}
 			res.Ceiling = &ceiling
+			if cfg.scenarios["backlog"] && cfg.backlogBatchSize != cfg.batchSize {
+				backlogCeiling, err := runCeiling(ctx, st, cfg.backlogBatchSize, replay, log)
+				if err != nil {
+					backlogCeiling.Error = err.Error()
+					log.Error("ceiling scenario failed", zap.Int("batch_size", cfg.backlogBatchSize), zap.Error(err))
+				}
+				res.BacklogCeiling = &backlogCeiling
+			} else {
+				res.BacklogCeiling = res.Ceiling
+			}
 		}
 	}
 	if cfg.scenarios["latency"] {

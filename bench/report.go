@@ -22,6 +22,7 @@ import (
 // settings are what a reader needs to compare two result files.
 type settings struct {
 	BatchSize            int      `json:"batch_size"`
+	BacklogBatchSize     int      `json:"backlog_batch_size"`
 	Workers              int      `json:"workers"`
 	SynchronousCommit    string   `json:"synchronous_commit"`
 	GOMAXPROCS           int      `json:"gomaxprocs"`
@@ -60,7 +61,7 @@ type settings struct {
 
 func collectSettings(ctx context.Context, st *stack, cfg benchConfig, root string) settings {
 	s := settings{
-		BatchSize: cfg.batchSize, Workers: cfg.workers,
+		BatchSize: cfg.batchSize, BacklogBatchSize: cfg.backlogBatchSize, Workers: cfg.workers,
 		GOMAXPROCS: gomaxprocs(), GOMAXPROCSEnv: os.Getenv("GOMAXPROCS"), MachineCores: runtime.NumCPU(),
 		Scale: cfg.scale, Quick: cfg.quick, WakeModes: cfg.modes, BacklogModes: cfg.backlogModes,
 		ThroughputEvents: cfg.throughputEvents, BacklogEvents: cfg.backlogEvents,
@@ -107,8 +108,11 @@ type results struct {
 	Settings        settings           `json:"settings"`
 	Throughput      []throughputResult `json:"throughput,omitempty"`
 	Ceiling         *ceilingResult     `json:"ceiling,omitempty"`
-	Latency         []latencyResult    `json:"latency,omitempty"`
-	Backlog         []backlogResult    `json:"backlog,omitempty"`
+	// BacklogCeiling is the same replay in transactions of sync's
+	// --backlog-batch-size: the yardstick of the backlog drains.
+	BacklogCeiling *ceilingResult  `json:"backlog_ceiling,omitempty"`
+	Latency        []latencyResult `json:"latency,omitempty"`
+	Backlog        []backlogResult `json:"backlog,omitempty"`
 	// BacklogRSSRatio is, per mode, the peak RSS of the largest backlog over
 	// that of the smallest: flat memory keeps it near 1.
 	BacklogRSSRatio map[string]float64 `json:"backlog_peak_rss_ratio,omitempty"`
@@ -172,7 +176,7 @@ func (r *results) failed() bool {
 			return true
 		}
 	}
-	return r.Ceiling != nil && r.Ceiling.Error != ""
+	return (r.Ceiling != nil && r.Ceiling.Error != "") || (r.BacklogCeiling != nil && r.BacklogCeiling.Error != "")
 }
 
 // write stores the results as <dir>/<UTC timestamp>.json.
@@ -198,8 +202,8 @@ func (r *results) print(out io.Writer, path string, writeErr error) {
 	if s.BinaryVCS != "" {
 		built = "binary built from " + s.BinaryVCS
 	}
-	fmt.Fprintf(out, "\ngraphsync end-to-end benchmark: scale %g, batch %d, workers %d, synchronous_commit %s, GOMAXPROCS %d, %d cores, PostgreSQL %s, Neo4j %s (page cache %s, heap %s, resident graph %d nodes)\n  %s; bench from tree %s\n",
-		s.Scale, s.BatchSize, s.Workers, s.SynchronousCommit, s.GOMAXPROCS, s.MachineCores, s.PostgresVersion, s.Neo4jVersion, s.Neo4jPageCache, heapText(s.Neo4jHeapInitial, s.Neo4jHeapLargest), s.ResidentNodes, built, s.GitRevision)
+	fmt.Fprintf(out, "\ngraphsync end-to-end benchmark: scale %g, batch %d (backlog %d), workers %d, synchronous_commit %s, GOMAXPROCS %d, %d cores, PostgreSQL %s, Neo4j %s (page cache %s, heap %s, resident graph %d nodes)\n  %s; bench from tree %s\n",
+		s.Scale, s.BatchSize, s.BacklogBatchSize, s.Workers, s.SynchronousCommit, s.GOMAXPROCS, s.MachineCores, s.PostgresVersion, s.Neo4jVersion, s.Neo4jPageCache, heapText(s.Neo4jHeapInitial, s.Neo4jHeapLargest), s.ResidentNodes, built, s.GitRevision)
 
 	if len(r.Throughput) > 0 || len(r.Latency) > 0 || r.Ceiling != nil {
 		fmt.Fprintln(out, "\ncommit to graph, per wake mode")
@@ -283,10 +287,11 @@ func (r *results) print(out io.Writer, path string, writeErr error) {
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "mode\tevents\twrite\tsync\tsync ev/s\tto ceiling\tpeak RSS\tmax VmRSS sampled\t")
 		toCeiling := func(b backlogResult) string {
-			if r.Ceiling == nil || r.Ceiling.Error != "" || r.Ceiling.EventsPerSec <= 0 {
+			c := r.BacklogCeiling
+			if c == nil || c.Error != "" || c.EventsPerSec <= 0 {
 				return "-"
 			}
-			return fmt.Sprintf("%.2f", b.SyncEventsPerSec/r.Ceiling.EventsPerSec)
+			return fmt.Sprintf("%.2f", b.SyncEventsPerSec/c.EventsPerSec)
 		}
 		for _, b := range r.Backlog {
 			if b.Error != "" && b.SyncRSS.PeakBytes > 0 {
@@ -303,7 +308,12 @@ func (r *results) print(out io.Writer, path string, writeErr error) {
 		}
 		tw.Flush()
 		fmt.Fprintln(out, "  peak RSS: the sync process's VmHWM (/proc, read every 100ms until it exited); the backlog was written first, 500 changes per transaction.")
-		fmt.Fprintln(out, "  to ceiling: sync ev/s (from its start, so including start-up) over the ceiling's events/s of the same run.")
+		if c := r.BacklogCeiling; c != nil && c.Error == "" {
+			fmt.Fprintf(out, "  to ceiling: sync ev/s (from its start, so including start-up) over the same run's ceiling at sync's backlog batch size: %s's %d events replayed in %d transactions of %d, median of %d rounds (%s events/s).\n",
+				c.EventsFrom, c.Events, c.Batches, c.BatchSize, len(c.RoundsEventsPerSec), roundsText(c.RoundsEventsPerSec))
+		} else {
+			fmt.Fprintln(out, "  to ceiling: not measured (the ceiling at sync's backlog batch size needs the throughput and ceiling scenarios).")
+		}
 		for _, b := range r.Backlog {
 			if m := b.SyncStages; m != nil && m.Batches > 0 {
 				fmt.Fprintf(out, "  stages, %s %d: %d batches of %.0f rows; claim p50 %.1fms, p99 %.1fms, %s in all; Neo4j apply %.0fms per batch (p99 %.0fms), %s in all; mark %.1fms per batch (p99 %.1fms), %s in all (sync: %s).\n",
@@ -345,6 +355,9 @@ func (r *results) print(out io.Writer, path string, writeErr error) {
 		if t.Error != "" {
 			failures = append(failures, fmt.Sprintf("throughput %s: %s", t.Mode, t.Error))
 		}
+	}
+	if r.BacklogCeiling != nil && r.BacklogCeiling != r.Ceiling && r.BacklogCeiling.Error != "" {
+		failures = append(failures, "backlog ceiling: "+r.BacklogCeiling.Error)
 	}
 	if r.Ceiling != nil && r.Ceiling.Error != "" {
 		failures = append(failures, "ceiling: "+r.Ceiling.Error)

@@ -21,10 +21,12 @@ import (
 
 // syncSettings are the `graphsync sync` flags bench varies.
 type syncSettings struct {
-	mode          string
-	batchSize     int
-	workers       int
-	untilCaughtUp bool
+	mode      string
+	batchSize int
+	// backlogBatchSize is --backlog-batch-size (at least batchSize).
+	backlogBatchSize int
+	workers          int
+	untilCaughtUp    bool
 	// embedder is sync's --embedder: "none" (the default, as every figure
 	// before embeddings) or "onnx" (the stage runs beside the relay).
 	embedder string
@@ -65,6 +67,7 @@ func (s *stack) startSync(db *scenarioDB, settings syncSettings) (*syncProcess, 
 		// stops sync (see scrape), and parallel runs cannot clash.
 		"--http-addr", "127.0.0.1:0",
 		"--batch-size", strconv.Itoa(settings.batchSize),
+		"--backlog-batch-size", strconv.Itoa(settings.backlogBatchSize),
 		"--workers", strconv.Itoa(settings.workers),
 		"--slot", db.slot,
 		"--publication", db.slot,

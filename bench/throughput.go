@@ -89,7 +89,7 @@ func runThroughput(ctx context.Context, st *stack, cfg benchConfig, mode string,
 			err = errors.Join(err, fmt.Errorf("clean up: %w", cleanErr))
 		}
 	}()
-	if err := sc.startSync(ctx, syncSettings{mode: mode, batchSize: cfg.batchSize, workers: cfg.workers}); err != nil {
+	if err := sc.startSync(ctx, syncSettings{mode: mode, batchSize: cfg.batchSize, backlogBatchSize: cfg.backlogBatchSize, workers: cfg.workers}); err != nil {
 		return run, err
 	}
 	if _, err := sc.warmUp(ctx, warmUpWorkload); err != nil {
