@@ -458,3 +458,106 @@ func errorsCounter(t *testing.T, s *stage.Stage, kind string) prometheus.Collect
 	t.Fatal("no embedding_errors_total collector")
 	return nil
 }
+
+// gauge is the value of the stage's gauge named name.
+func gauge(t *testing.T, s *stage.Stage, name string) float64 {
+	t.Helper()
+	for _, c := range s.Collectors() {
+		if g, ok := c.(prometheus.Gauge); ok {
+			desc := make(chan *prometheus.Desc, 1)
+			g.Describe(desc)
+			if strings.Contains((<-desc).String(), `"graphsync_`+name+`"`) {
+				return testutil.ToFloat64(g)
+			}
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
+}
+
+// A text the embedder refuses (a server answering 400) costs only its own
+// node: the drain embeds the rest, in batches that hold the refused text,
+// counts it (round and metric), leaves it pending and finishes.
+func TestDrainSkipsARefusedTextAndFinishesTheRest(t *testing.T) {
+	w := newWorld(t)
+	w.emb.refuse = "REFUSE-ME"
+	s := w.stage(stage.Config{BatchSize: 2})
+	var evs []events.Event
+	for i := int64(1); i <= 5; i++ {
+		description := "Enamel mug, dishwasher safe"
+		if i == 2 {
+			description = "REFUSE-ME enamel mug"
+		}
+		evs = append(evs, events.ProductCreated{ProductState: productState(w.id(i), 1, fmt.Sprintf("Mug %d", i), description, 900)})
+	}
+	w.deliver(evs...)
+	round, err := s.Drain(w.ctx)
+	if err != nil {
+		t.Fatalf("drain with one refused text: %v", err)
+	}
+	if round.Refused != 1 || round.Written != 4 {
+		t.Fatalf("drain: %+v, want 4 written and 1 refused", round)
+	}
+	for _, i := range []int64{1, 3, 4, 5} {
+		w.current(w.id(i))
+	}
+	if n := w.node(w.id(2)); !n.pending || n.vector != nil {
+		t.Fatalf("refused product: pending %v, %d floats; want pending without a vector", n.pending, len(n.vector))
+	}
+	if got := gauge(t, s, "embedding_refused"); got != 1 {
+		t.Fatalf("embedding_refused = %g, want 1", got)
+	}
+	// Drained again, the refused text is not sent again.
+	asked := w.emb.refusedTexts.Load()
+	if round := drain(t, s, w.ctx); round.Refused != 1 || round.Written != 0 {
+		t.Fatalf("second drain: %+v, want the 1 refused node only", round)
+	}
+	if again := w.emb.refusedTexts.Load() - asked; again != 0 {
+		t.Fatalf("the refused text was sent %d more times", again)
+	}
+	// Its text changes: it is embedded.
+	w.deliver(events.ProductUpdated{ProductState: productState(w.id(2), 2, "Mug 2", "Enamel mug, blue", 900)})
+	if round := drain(t, s, w.ctx); round.Refused != 0 || round.Written != 1 {
+		t.Fatalf("drain after the text changed: %+v, want 1 written", round)
+	}
+	w.current(w.id(2))
+	if got := gauge(t, s, "embedding_refused"); got != 0 {
+		t.Fatalf("embedding_refused = %g after the text changed, want 0", got)
+	}
+}
+
+// Sync's stage never stalls on a refused text: with a refused node in the
+// backlog and backoff set far beyond the test's deadline, a product
+// created later still gets its vector at once.
+func TestRunDoesNotStallOnARefusedText(t *testing.T) {
+	w := newWorld(t)
+	w.emb.refuse = "REFUSE-ME"
+	s := w.stage(stage.Config{Idle: 10 * time.Millisecond, Backoff: time.Hour, BackoffMax: time.Hour})
+	w.deliver(events.ProductCreated{ProductState: productState(w.id(1), 1, "Lamp", "REFUSE-ME lamp", 3000)})
+	ctx, cancel := context.WithCancel(w.ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run ended with %v", err)
+		}
+	}()
+	poll := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("the stage stalled: %s", what)
+			}
+			time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+		}
+	}
+	poll("the refused text was never asked for", func() bool { return w.emb.refusedTexts.Load() > 0 })
+	w.deliver(events.ProductCreated{ProductState: productState(w.id(2), 1, "Lamp", "Brass desk lamp", 3000)})
+	poll("the product created after the refused one never got its vector", func() bool { return !w.node(w.id(2)).pending })
+	w.current(w.id(2))
+	if !w.node(w.id(1)).pending {
+		t.Fatal("the refused product is no longer pending")
+	}
+}
