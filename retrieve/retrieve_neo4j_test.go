@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -419,6 +420,50 @@ func TestVectorQueriesSeekTheTenant(t *testing.T) {
 		// planner knows; what must never be is a scan of the label.
 		if strings.Contains(plan, "NodeByLabelScan") || name == "exact" && !strings.Contains(plan, "NodeUniqueIndexSeek") {
 			t.Errorf("%s query does not seek the tenant's products: %s", name, plan)
+		}
+	}
+}
+
+// A question with no word the fulltext index keeps (emoji, punctuation)
+// still means something to the model: vector retrieval embeds and answers
+// it, hybrid falls back to the vector ranking alone, lexical keeps the clear
+// error. A question with nothing to embed is refused by every mode.
+func TestQuestionWithoutSearchTermsIsAnsweredByMeaning(t *testing.T) {
+	e := realEmbedder(t)
+	g := newEmbeddedTenantGraph(t, e)
+	g.shop()
+	g.embed(e)
+	ctx := context.Background()
+	question := "☕ ⚡ 🔥 💧 ?"
+	if _, err := LuceneQuery(question); !errors.Is(err, ErrNoSearchTerms) {
+		t.Fatalf("the test needs a question without fulltext terms: %v", err)
+	}
+	seedsOf := func(mode Retrieval) []Seed {
+		t.Helper()
+		res, err := retriever(t, g.driver, Config{Embedder: e, Retrieval: mode, TopK: 2}).Retrieve(ctx, g.tenant, question)
+		if err != nil {
+			t.Fatalf("%s retrieval of a question without words: %v", mode, err)
+		}
+		if len(res.Seeds) != 2 {
+			t.Fatalf("%s retrieval: %d seeds, want 2", mode, len(res.Seeds))
+		}
+		if !slices.Equal(res.Indexes, []string{graphmodel.VectorProductEmbed}) {
+			t.Fatalf("%s retrieval searched %v, want the vector index alone", mode, res.Indexes)
+		}
+		return res.Seeds
+	}
+	vector, hybrid := seedsOf(RetrievalVector), seedsOf(RetrievalHybrid)
+	for i := range vector {
+		if vector[i].ID != hybrid[i].ID || vector[i].Score != hybrid[i].Score {
+			t.Fatalf("hybrid seed %d: %+v, want the vector ranking's %+v", i, hybrid[i], vector[i])
+		}
+	}
+	if _, err := retriever(t, g.driver, Config{Embedder: e, Retrieval: RetrievalLexical}).Retrieve(ctx, g.tenant, question); !errors.Is(err, ErrNoSearchTerms) {
+		t.Fatalf("lexical retrieval of a question without words: %v, want ErrNoSearchTerms", err)
+	}
+	for _, mode := range []Retrieval{RetrievalLexical, RetrievalVector, RetrievalHybrid} {
+		if _, err := retriever(t, g.driver, Config{Embedder: e, Retrieval: mode}).Retrieve(ctx, g.tenant, " \t\n"); !errors.Is(err, ErrNoSearchTerms) {
+			t.Fatalf("%s retrieval of a blank question: %v, want ErrNoSearchTerms", mode, err)
 		}
 	}
 }
