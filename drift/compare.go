@@ -344,5 +344,10 @@ func vectorFindings(model graphmodel.Model, vectors *VectorCheck, label graphmod
 		add(WrongEmbeddingDimension, fmt.Sprintf("vector of %d floats, want %d", len(vector), vectors.Dimension), repair)
 	case hash != want:
 		add(StaleEmbedding, "vector of another text than the rows imply", repair)
+	case got.props[e.TextHashProperty] != want:
+		// The text changed and changed back while sync ran without an
+		// embedder (which clears the text hash): the vector is of the
+		// text, but retrieval passes it over until the hash is written.
+		add(StaleEmbedding, "text hash of another text than the rows imply", repair)
 	}
 }
