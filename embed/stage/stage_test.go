@@ -561,3 +561,43 @@ func TestRunDoesNotStallOnARefusedText(t *testing.T) {
 		t.Fatal("the refused product is no longer pending")
 	}
 }
+
+// The wait for the vector index is a setting: when it runs out while the
+// index populates, the error names the index and its progress (not a
+// driver timeout); a second call with time enough waits for it, also when
+// the index was already created.
+func TestVectorIndexWaitEndsWithItsProgress(t *testing.T) {
+	w := newWorld(t)
+	suffix := fmt.Sprint(w.tenant)
+	model := graphmodel.Default
+	e := *model.Embedding
+	e.VectorProperty, e.Index = "wait_test_vector_"+suffix, "wait_test_index_"+suffix
+	model.Embedding = &e
+	t.Cleanup(func() {
+		// Test-only DDL of a name made of digits.
+		_, _ = neo4j.ExecuteQuery(context.Background(), w.driver, "DROP INDEX "+e.Index+" IF EXISTS", nil, neo4j.EagerResultTransformer)
+	})
+	// 5,000 vectors: population takes seconds, far more than the wait.
+	for start := 0; start < 5_000; start += 5_000 {
+		if _, err := neo4j.ExecuteQuery(w.ctx, w.driver, `UNWIND range($start, $start + 4999) AS i
+CREATE (n:Product {tenant_id: $tenant, id: $base + i}) SET n[$property] = [x IN range(1, 384) | rand() - 0.5]`,
+			map[string]any{"start": start, "tenant": w.tenant, "base": w.base, "property": e.VectorProperty}, neo4j.EagerResultTransformer); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := stage.EnsureVectorIndexWithin(w.ctx, w.driver, "", model, 384, time.Millisecond)
+	if !errors.Is(err, stage.ErrVectorIndexNotOnline) {
+		t.Fatalf("a wait of 1ms for 5,000 vectors: %v, want ErrVectorIndexNotOnline", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, e.Index) || !strings.Contains(msg, "% populated") || !strings.Contains(msg, "POPULATING") {
+		t.Fatalf("error %q does not name the index, its state and its progress", msg)
+	}
+	if err := stage.EnsureVectorIndexWithin(w.ctx, w.driver, "", model, 384, 4*time.Minute); err != nil {
+		t.Fatalf("waiting again for the populating index: %v", err)
+	}
+	res, err := neo4j.ExecuteQuery(w.ctx, w.driver, "SHOW INDEXES YIELD name, state WHERE name = $name RETURN state",
+		map[string]any{"name": e.Index}, neo4j.EagerResultTransformer)
+	if err != nil || len(res.Records) != 1 || res.Records[0].Values[0] != "ONLINE" {
+		t.Fatalf("index after the second wait: %v, %v", err, res)
+	}
+}
