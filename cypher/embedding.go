@@ -68,9 +68,9 @@ func EmbeddingWriteText(e graphmodel.Embedding) string {
 	return fmt.Sprintf("UNWIND $rows AS row\nMATCH %[1]s\n%[2]s"+
 		"WITH n, row, n.%[3]s = row.hash AS current\n"+
 		"FOREACH (_ IN CASE WHEN current THEN [1] ELSE [] END |\n"+
-		"  SET n.%[4]s = row.vector, n.%[5]s = row.hash, n.%[6]s = $model, n.%[7]s = null)\n"+
+		"  SET n.%[4]s = row.vector, n.%[5]s = row.hash, n.%[6]s = $model, n.%[7]s = null, n.%[8]s = null)\n"+
 		"RETURN sum(CASE WHEN current THEN 1 ELSE 0 END) AS applied",
-		keyLookup("n", e.Label), lockNode("n"), e.TextHashProperty, e.VectorProperty, e.HashProperty, e.ModelProperty, e.PendingProperty)
+		keyLookup("n", e.Label), lockNode("n"), e.TextHashProperty, e.VectorProperty, e.HashProperty, e.ModelProperty, e.PendingProperty, e.RefusedProperty)
 }
 
 // EmbeddingMarkText sets each row's text hash and marks its node pending
@@ -87,9 +87,11 @@ func EmbeddingMarkText(e graphmodel.Embedding) string {
 }
 
 // EmbeddingRequeueText moves each row's node to the back of the backlog (a
-// fresh pending mark) where it is still pending: a text the embedder
-// refused must not hold up the nodes behind it.
+// fresh pending mark) where it is still pending, and records the refused
+// text's hash where the node still holds that text: a text the embedder
+// refused must not hold up the nodes behind it, and drift reports it.
 func EmbeddingRequeueText(e graphmodel.Embedding) string {
-	return fmt.Sprintf("UNWIND $rows AS row\nMATCH %[1]s\nWHERE n.%[2]s IS NOT NULL\nSET n.%[2]s = timestamp()\nRETURN count(*) AS applied",
-		keyLookup("n", e.Label), e.PendingProperty)
+	return fmt.Sprintf("UNWIND $rows AS row\nMATCH %[1]s\nWHERE n.%[2]s IS NOT NULL\n"+
+		"SET n.%[2]s = timestamp(), n.%[3]s = CASE WHEN n.%[4]s = row.hash THEN row.hash ELSE n.%[3]s END\nRETURN count(*) AS applied",
+		keyLookup("n", e.Label), e.PendingProperty, e.RefusedProperty, e.TextHashProperty)
 }

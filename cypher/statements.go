@@ -74,7 +74,11 @@ func NewBuilder(m graphmodel.Model, opts ...BuilderOptions) (*Builder, error) {
 		case graphmodel.RoleTenant:
 			b.tenantMerge = tenantMergeText(l)
 		default:
-			b.nodeUpsert[l.Name] = nodeUpsertText(l, m.TenantKeyed(l.Name), b.embeddingOf(l.Name))
+			var embedded *graphmodel.Embedding
+			if e, ok := m.EmbeddingOf(l.Name); ok {
+				embedded = &e
+			}
+			b.nodeUpsert[l.Name] = nodeUpsertText(l, m.TenantKeyed(l.Name), embedded, b.embedModel != "")
 			if l.Tombstone != "" {
 				b.nodeDelete[l.Name] = nodeDeleteText(l)
 			}
@@ -200,7 +204,11 @@ func tenantMergeText(l graphmodel.Label) string {
 // writes the hash of the text it writes and marks the node pending unless
 // its vector was computed from that text: the embedding stage's backlog is
 // then an index lookup, and no model runs in this transaction (ADR 0023).
-func nodeUpsertText(l graphmodel.Label, tenantKeyed bool, e *graphmodel.Embedding) string {
+// When the builder does not embed (hashes false), a change of the embedded
+// text clears the text hash instead: the vector no longer matches it, so
+// retrieval passes it over (its seed queries require the two hashes equal)
+// until a stage with a model embeds the text again.
+func nodeUpsertText(l graphmodel.Label, tenantKeyed bool, e *graphmodel.Embedding, hashes bool) string {
 	var sb strings.Builder
 	sb.WriteString("UNWIND $rows AS row\n")
 	if l.Tombstone != "" {
@@ -209,13 +217,21 @@ func nodeUpsertText(l graphmodel.Label, tenantKeyed bool, e *graphmodel.Embeddin
 	}
 	fmt.Fprintf(&sb, "MERGE (n:%s)\n%sFOREACH (_ IN CASE WHEN %s THEN [1] ELSE [] END |\n", keyPattern(l.Name), lockNode("n"), guardAllows("n"))
 	fmt.Fprintf(&sb, "  SET n.%s = row.version, n.%s = row.outbox_id", graphmodel.PropVersion, graphmodel.PropOutboxID)
+	if e != nil && !hashes {
+		// Before the properties are set: the comparison reads the old text.
+		same := make([]string, len(e.Properties))
+		for i, p := range e.Properties {
+			same[i] = fmt.Sprintf("coalesce(n.%[1]s, '') = coalesce(row.props.%[1]s, '')", p)
+		}
+		fmt.Fprintf(&sb, ",\n      n.%[1]s = CASE WHEN %[2]s THEN n.%[1]s END", e.TextHashProperty, strings.Join(same, " AND "))
+	}
 	if tenantKeyed {
 		fmt.Fprintf(&sb, ",\n      n.%s = %s", graphmodel.KeyTenantKey, TenantKeyExpr("row.tenant_id"))
 	}
 	for _, p := range l.Properties {
 		fmt.Fprintf(&sb, ",\n      n.%[1]s = row.props.%[1]s", p.Key)
 	}
-	if e != nil {
+	if e != nil && hashes {
 		fmt.Fprintf(&sb, ",\n      n.%[1]s = row.%[1]s,\n      n.%[2]s = CASE WHEN n.%[3]s = row.%[1]s THEN null ELSE coalesce(n.%[2]s, timestamp()) END",
 			e.TextHashProperty, e.PendingProperty, e.HashProperty)
 	}

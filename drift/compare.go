@@ -315,7 +315,8 @@ func embeddingKey(model graphmodel.Model, label graphmodel.Label, k string) bool
 // (masked, as the projector writes it) and the embedder's model and
 // dimension. A node the embedding stage has queued for exactly that text
 // is not drift: the stage's backlog (and its metrics) say how far behind
-// it is. The repair marks the node pending with the text's hash, where it
+// it is; unless the embedder refused that text (a missing embedding). The
+// repair marks the node pending with the text's hash, where it
 // still holds the outbox id read.
 func vectorFindings(model graphmodel.Model, vectors *VectorCheck, label graphmodel.Label, exp, got *node, add func(Kind, string, *repairAction)) {
 	e, ok := model.EmbeddingOf(label.Name)
@@ -323,7 +324,8 @@ func vectorFindings(model graphmodel.Model, vectors *VectorCheck, label graphmod
 		return
 	}
 	want := graphmodel.EmbeddingHash(vectors.Model, e.Text(exp.props))
-	if got.props[e.PendingProperty] != nil && got.props[e.TextHashProperty] == want {
+	refused := got.props[e.RefusedProperty] == want
+	if got.props[e.PendingProperty] != nil && got.props[e.TextHashProperty] == want && !refused {
 		return
 	}
 	outboxID, _ := got.props[graphmodel.PropOutboxID].(int64)
@@ -332,6 +334,8 @@ func vectorFindings(model graphmodel.Model, vectors *VectorCheck, label graphmod
 	modelOf, _ := got.props[e.ModelProperty].(string)
 	hash, _ := got.props[e.HashProperty].(string)
 	switch {
+	case refused:
+		add(MissingEmbedding, "the embedder refused its text", repair)
 	case got.props[e.VectorProperty] == nil:
 		add(MissingEmbedding, "no vector", repair)
 	case modelOf != vectors.Model:
@@ -340,5 +344,10 @@ func vectorFindings(model graphmodel.Model, vectors *VectorCheck, label graphmod
 		add(WrongEmbeddingDimension, fmt.Sprintf("vector of %d floats, want %d", len(vector), vectors.Dimension), repair)
 	case hash != want:
 		add(StaleEmbedding, "vector of another text than the rows imply", repair)
+	case got.props[e.TextHashProperty] != want:
+		// The text changed and changed back while sync ran without an
+		// embedder (which clears the text hash): the vector is of the
+		// text, but retrieval passes it over until the hash is written.
+		add(StaleEmbedding, "text hash of another text than the rows imply", repair)
 	}
 }

@@ -71,7 +71,7 @@ type Config struct {
 	// requests go to URL + "/embeddings".
 	URL string
 	// Model is the model name sent to the server (openai); the embedder's
-	// Model() is "openai:" + Model.
+	// Model() is "openai:" + Model + "@" + the URL's host and path.
 	Model string
 	// APIKey is sent as a bearer token when set (openai). Default
 	// $GRAPHSYNC_EMBED_API_KEY. It is never logged nor put in an error.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -32,8 +33,10 @@ const probeText = "graphsync dimension probe"
 // /v1, text-embeddings-inference, LiteLLM...).
 type openAIEmbedder struct {
 	client     *http.Client
-	endpoint   string
+	endpoint   string // the request URL: the base URL's user info and query kept
+	shown      string // the endpoint as errors name it: no user info, no query
 	model      string
+	modelID    string
 	apiKey     Secret
 	batchSize  int
 	timeout    time.Duration
@@ -46,7 +49,6 @@ type openAIEmbedder struct {
 func openOpenAI(cfg Config) (Embedder, error) {
 	e := &openAIEmbedder{
 		client:     &http.Client{},
-		endpoint:   strings.TrimRight(cfg.URL, "/") + "/embeddings",
 		model:      cfg.Model,
 		apiKey:     cfg.APIKey,
 		batchSize:  cfg.BatchSize,
@@ -55,19 +57,35 @@ func openOpenAI(cfg Config) (Embedder, error) {
 		retryDelay: cfg.RetryDelay,
 		onRetry:    cfg.OnRetry,
 	}
+	base, err := url.Parse(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("--embed-url: not a URL (%s)", oneLine(strings.ReplaceAll(err.Error(), cfg.URL, "…")))
+	}
+	base.Path = strings.TrimRight(base.Path, "/")
+	base.RawPath = ""
+	e.modelID = "openai:" + e.model + "@" + strings.ToLower(base.Host) + base.EscapedPath()
+	base.Path += "/embeddings"
+	e.endpoint = base.String()
+	e.shown = base.Scheme + "://" + base.Host + base.EscapedPath()
 	// The dimension is the model's: read from its first answer, so that a
 	// vector index is made for what the server really returns.
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout*time.Duration(cfg.Retries+1)+cfg.RetryDelay<<cfg.Retries)
 	defer cancel()
 	vectors, err := e.request(ctx, []string{probeText})
 	if err != nil {
-		return nil, fmt.Errorf("embedding server %s, model %q: first request: %w", e.endpoint, e.model, err)
+		return nil, fmt.Errorf("embedding server %s, model %q: first request: %w", e.shown, e.model, err)
 	}
 	e.dimension = len(vectors[0])
 	return e, nil
 }
 
-func (e *openAIEmbedder) Model() string  { return "openai:" + e.model }
+// Model names the model and the server that serves it,
+// "openai:NAME@HOST/PATH": two servers may serve different weights under
+// one name, and a vector (in the graph, in the cache) must say whose it
+// is. The URL's user info, query and fragment (credentials, an
+// api-version) stay out: the id is stored and shown.
+func (e *openAIEmbedder) Model() string { return e.modelID }
+
 func (e *openAIEmbedder) Dimension() int { return e.dimension }
 func (e *openAIEmbedder) Close() error {
 	e.client.CloseIdleConnections()
@@ -80,7 +98,7 @@ func (e *openAIEmbedder) Embed(ctx context.Context, texts []string) ([][]float32
 		batch := texts[start:min(start+e.batchSize, len(texts))]
 		vectors, err := e.request(ctx, batch)
 		if err != nil {
-			return nil, fmt.Errorf("embedding server %s: texts %d to %d: %w", e.endpoint, start, start+len(batch)-1, err)
+			return nil, fmt.Errorf("embedding server %s: texts %d to %d: %w", e.shown, start, start+len(batch)-1, err)
 		}
 		out = append(out, vectors...)
 	}

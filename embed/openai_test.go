@@ -102,8 +102,8 @@ func TestOpenAIEmbedderServesTheModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	if e.Dimension() != 384 || e.Model() != "openai:all-minilm-l6-v2" {
-		t.Fatalf("dimension %d model %q, want 384 openai:all-minilm-l6-v2", e.Dimension(), e.Model())
+	if want := "openai:all-minilm-l6-v2@" + strings.TrimPrefix(server.URL, "http://") + "/v1"; e.Dimension() != 384 || e.Model() != want {
+		t.Fatalf("dimension %d model %q, want 384 %s", e.Dimension(), e.Model(), want)
 	}
 	texts, _ := loadFixture(t, DefaultModel)
 	texts = texts[:10]
@@ -301,5 +301,79 @@ func TestConfigNeverPrintsTheKey(t *testing.T) {
 		if out := fmt.Sprintf(format, cfg); strings.Contains(out, "sk-test") {
 			t.Errorf("%s of Config shows the key: %s", format, out)
 		}
+	}
+}
+
+// Two servers serving different weights under one model name give two
+// model ids, so their vectors never share a cache entry or pass drift as
+// each other's; the id holds no credentials nor query.
+func TestOpenAIModelIDNamesTheServer(t *testing.T) {
+	first := newEmbeddingServer(t, nil)
+	// The second serves other weights: every vector reversed.
+	second := newEmbeddingServer(t, nil)
+	model := sharedEmbedder(t)
+	second.fault = func(w http.ResponseWriter, r *http.Request, _ int64) bool {
+		var req struct {
+			Input []string `json:"input"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return true
+		}
+		vectors, err := model.Embed(r.Context(), req.Input)
+		if err != nil {
+			http.Error(w, "model", http.StatusInternalServerError)
+			return true
+		}
+		type item struct {
+			Index     int       `json:"index"`
+			Embedding []float32 `json:"embedding"`
+		}
+		var answer struct {
+			Data []item `json:"data"`
+		}
+		for i, v := range vectors {
+			reversed := make([]float32, len(v))
+			for d := range v {
+				reversed[d] = v[len(v)-1-d]
+			}
+			answer.Data = append(answer.Data, item{Index: i, Embedding: reversed})
+		}
+		_ = json.NewEncoder(w).Encode(answer)
+		return true
+	}
+	a, err := Open(openAIConfig(first.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	cfg := openAIConfig(strings.Replace(second.URL, "http://", "http://user:pa55word@", 1))
+	cfg.URL += "/?api-version=2024-02-01&key=query-secret"
+	b, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	va, err := a.Embed(context.Background(), []string{"ceramic teapot"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vb, err := b.Embed(context.Background(), []string{"ceramic teapot"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := cosine(va[0], vb[0]); c > 0.99 {
+		t.Fatalf("the two servers answer alike (cosine %v): the test needs different weights", c)
+	}
+	if a.Model() == b.Model() {
+		t.Fatalf("two servers with different weights share the model id %q", a.Model())
+	}
+	for _, secret := range []string{"user", "pa55word", "api-version", "query-secret", "?"} {
+		if strings.Contains(b.Model(), secret) {
+			t.Fatalf("model id %q holds %q", b.Model(), secret)
+		}
+	}
+	if want := "openai:all-minilm-l6-v2@" + strings.TrimPrefix(second.URL, "http://") + "/v1"; b.Model() != want {
+		t.Fatalf("model id %q, want %q", b.Model(), want)
 	}
 }

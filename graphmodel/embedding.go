@@ -23,7 +23,10 @@ import (
 //     holds now, written by the projector with the text itself;
 //   - PendingProperty: when the node's text stopped matching its vector
 //     (milliseconds since the epoch), absent while it matches; the
-//     embedding stage's backlog (ADR 0023).
+//     embedding stage's backlog (ADR 0023);
+//   - RefusedProperty: the TextHashProperty the embedder refused to embed,
+//     absent once a vector is written; the node stays pending, and drift
+//     reports it (a pending node is otherwise backlog, not drift).
 //
 // These are sync properties: none may be allowlisted.
 type Embedding struct {
@@ -36,6 +39,7 @@ type Embedding struct {
 	ModelProperty    string
 	TextHashProperty string
 	PendingProperty  string
+	RefusedProperty  string
 	// Index is the vector index on (Label).VectorProperty, cosine, of the
 	// embedder's dimension (created by graphsync migrate).
 	Index string
@@ -48,6 +52,7 @@ const (
 	PropEmbeddingModel    = "embedding_model"
 	PropEmbeddingTextHash = "embedding_text_hash"
 	PropEmbeddingPending  = "embedding_pending_since"
+	PropEmbeddingRefused  = "embedding_refused_hash"
 	VectorProductEmbed    = "product_embedding"
 )
 
@@ -61,13 +66,14 @@ var DefaultEmbedding = Embedding{
 	ModelProperty:    PropEmbeddingModel,
 	TextHashProperty: PropEmbeddingTextHash,
 	PendingProperty:  PropEmbeddingPending,
+	RefusedProperty:  PropEmbeddingRefused,
 	Index:            VectorProductEmbed,
 }
 
 // SyncProperties are the property keys the embedding adds to its label's
 // nodes.
 func (e Embedding) SyncProperties() []string {
-	return []string{e.VectorProperty, e.HashProperty, e.ModelProperty, e.TextHashProperty, e.PendingProperty}
+	return []string{e.VectorProperty, e.HashProperty, e.ModelProperty, e.TextHashProperty, e.PendingProperty, e.RefusedProperty}
 }
 
 // Text is the embedded text of a node of e.Label with props: e.Properties'

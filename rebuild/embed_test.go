@@ -2,6 +2,7 @@ package rebuild
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 
@@ -99,5 +100,90 @@ func requireCurrentVectors(t *testing.T, driver neo4j.DriverWithContext, tenant 
 			t.Fatalf("product %v: hash %v (want %s), model %v, %d floats, pending %v", props[graphmodel.KeyID],
 				props[graphmodel.PropEmbeddingHash], want, props[graphmodel.PropEmbeddingModel], len(vector), props[graphmodel.PropEmbeddingPending])
 		}
+	}
+}
+
+// refusingEmbedder refuses, as a server answering 400 does, every batch
+// holding the text refuse.
+type refusingEmbedder struct {
+	embed.Embedder
+	refuse string
+}
+
+func (r *refusingEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	for _, text := range texts {
+		if text == r.refuse {
+			return nil, errors.New("test server: embedding request refused: status 400")
+		}
+	}
+	return r.Embedder.Embed(ctx, texts)
+}
+
+// One text the embedder refuses does not fail the rebuild: every other
+// product gets its vector, the summary counts the refused ones (never their
+// text), and the final drift check reports them as missing embeddings.
+func TestRebuildSkipsATextTheEmbedderRefuses(t *testing.T) {
+	pool, driver := stack(t)
+	ctx := context.Background()
+	model, err := embed.Open(embed.Config{})
+	if err != nil {
+		t.Fatalf("open the embedding model (make model fetches it): %v", err)
+	}
+	t.Cleanup(func() { model.Close() })
+	startSync(t, pool, driver, "sync-refused")
+	tenant := writeWorkload(t, pool, driver, workload.Config{Seed: 37, Tenants: 1, Orders: 20, Writers: 1})[0]
+	waitCaughtUp(t, pool)
+	res, err := neo4j.ExecuteQuery(ctx, driver, `MATCH (n:Product {tenant_id: $tenant}) RETURN properties(n) AS props`,
+		map[string]any{"tenant": tenant}, neo4j.EagerResultTransformer)
+	if err != nil || len(res.Records) < 3 {
+		t.Fatalf("read products: %v (%d)", err, len(res.Records))
+	}
+	texts := map[string]int{}
+	for _, rec := range res.Records {
+		props, _, _ := neo4j.GetRecordValue[map[string]any](rec, "props")
+		texts[graphmodel.EmbeddedText(graphmodel.LabelProduct, props)]++
+	}
+	props, _, _ := neo4j.GetRecordValue[map[string]any](res.Records[len(res.Records)/2], "props")
+	emb := &refusingEmbedder{Embedder: model, refuse: graphmodel.EmbeddedText(graphmodel.LabelProduct, props)}
+	refused := texts[emb.refuse]
+
+	stacktest.CleanGraph(t, driver, tenant)
+	sink, err := projector.New(driver, projector.Config{EmbeddingModel: emb.Model()}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	s, err := stage.New(driver, stage.NewCache(pool), emb, stage.Config{Tenants: []int64{tenant}, BatchSize: 4}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(pool, driver, Config{TenantID: tenant, Source: SourceSnapshot, Sink: sink, Embedding: s, RecheckAfter: drift.NoRecheckWait}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	result, err := b.Run(ctx)
+	if err != nil {
+		t.Fatalf("rebuild with one refused text: %v", err)
+	}
+	if result.EmbeddingRefused != refused {
+		t.Fatalf("rebuild counted %d refused products, want %d", result.EmbeddingRefused, refused)
+	}
+	got := map[drift.Kind]int{}
+	for _, c := range result.Report.Counts {
+		got[c.Kind] += c.Count
+	}
+	if result.Report.DriftTotal != refused || got[drift.MissingEmbedding] != refused {
+		t.Fatalf("final drift check: %v (total %d), want %d missing_embedding only", got, result.Report.DriftTotal, refused)
+	}
+	check, err := neo4j.ExecuteQuery(ctx, driver, `MATCH (n:Product {tenant_id: $tenant})
+RETURN sum(CASE WHEN n.embedding IS NULL THEN 1 ELSE 0 END) AS without, sum(CASE WHEN n.embedding_pending_since IS NULL AND n.embedding_refused_hash IS NULL THEN 0 ELSE 1 END) AS pending`,
+		map[string]any{"tenant": tenant}, neo4j.EagerResultTransformer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	without, _, _ := neo4j.GetRecordValue[int64](check.Records[0], "without")
+	pending, _, _ := neo4j.GetRecordValue[int64](check.Records[0], "pending")
+	if without != int64(refused) || pending != int64(refused) {
+		t.Fatalf("%d products without a vector and %d pending, want the %d refused", without, pending, refused)
 	}
 }

@@ -37,6 +37,9 @@ type Result struct {
 	// Embedded and EmbeddedFromCache count the distinct texts whose vectors
 	// the embedder computed and the cache gave (Config.Embedding).
 	Embedded, EmbeddedFromCache int
+	// EmbeddingRefused counts the products whose text the embedder
+	// refused: skipped, left pending, reported by the final drift check.
+	EmbeddingRefused int
 	// Repaired lists what the sweep changed.
 	Repaired []string
 	// Report is the final drift check of the scope.
@@ -224,6 +227,8 @@ func (b *Rebuilder) embed(ctx context.Context, cp *checkpoint, res *Result, resu
 	round, err := b.cfg.Embedding.Drain(ctx)
 	res.Embedded += round.Embedded
 	res.EmbeddedFromCache += round.Cached
+	// A later drain reads the nodes an earlier one left refused again.
+	res.EmbeddingRefused = max(res.EmbeddingRefused, round.Refused)
 	if err != nil {
 		return fmt.Errorf("embed: %w", err)
 	}

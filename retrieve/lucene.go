@@ -17,7 +17,9 @@ const MaxQuestionTerms = 64
 // text holds and would only make the query large.
 const maxTermRunes = 64
 
-// ErrNoSearchTerms is returned for a question with no letter or digit in it.
+// ErrNoSearchTerms is returned for a question with no letter or digit in it
+// by lexical retrieval, and for a blank one by every mode (vector and
+// hybrid retrieval embed a question without words).
 var ErrNoSearchTerms = errors.New("the question has no words to search for (letters or digits)")
 
 // luceneSpecial are the characters Lucene's classic query parser gives a

@@ -230,6 +230,11 @@ type Result struct {
 // (Result.LuceneQuery, the JSON's query_text), which must not echo them.
 func (r *Retriever) Retrieve(ctx context.Context, tenantID int64, question string) (*Result, error) {
 	query, err := LuceneQuery(graphmodel.StripPersonalData(question))
+	if errors.Is(err, ErrNoSearchTerms) && r.cfg.Retrieval != RetrievalLexical && strings.TrimSpace(embeddableQuestion(question)) != "" {
+		// No word the fulltext index keeps (emoji, punctuation), yet
+		// something the model can embed: the vector ranking alone answers.
+		query, err = "", nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +242,7 @@ func (r *Retriever) Retrieve(ctx context.Context, tenantID int64, question strin
 	defer cancel()
 	res := &Result{TenantID: tenantID, Question: shorten(lineText(question), maxQuestionEcho), LuceneQuery: query,
 		Retrieval: r.cfg.Retrieval, TopK: r.cfg.TopK, Hops: r.cfg.Hops, MaxChars: r.cfg.MaxChars}
-	if r.cfg.Retrieval != RetrievalVector {
+	if r.cfg.Retrieval != RetrievalVector && query != "" {
 		for _, f := range r.cfg.Model.Fulltext {
 			res.Indexes = append(res.Indexes, f.Name)
 		}
@@ -285,13 +290,14 @@ func (r *Retriever) Retrieve(ctx context.Context, tenantID int64, question strin
 	return res, nil
 }
 
-// seeds finds the seeds the retrieval mode asks for.
+// seeds finds the seeds the retrieval mode asks for. A hybrid retrieval
+// of a question without fulltext terms (query "") is the vector one.
 func (r *Retriever) seeds(ctx context.Context, tx neo4j.ManagedTransaction, tenantID int64, query string, vector []float32) ([]Seed, *VectorPlan, error) {
-	switch r.cfg.Retrieval {
-	case RetrievalVector:
+	switch {
+	case r.cfg.Retrieval == RetrievalVector, r.cfg.Retrieval == RetrievalHybrid && query == "":
 		seeds, plan, err := r.vectorSeeds(ctx, tx, tenantID, vector, r.cfg.TopK)
 		return seeds, &plan, err
-	case RetrievalHybrid:
+	case r.cfg.Retrieval == RetrievalHybrid:
 		candidates := candidatesPerList(r.cfg.TopK)
 		lexical, err := r.fulltextSeeds(ctx, tx, tenantID, query, candidates)
 		if err != nil {

@@ -10,11 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+	"go.uber.org/zap/zaptest"
 
 	"graphsync/events"
 	"graphsync/graphmodel"
@@ -420,5 +422,108 @@ func TestVectorQueriesSeekTheTenant(t *testing.T) {
 		if strings.Contains(plan, "NodeByLabelScan") || name == "exact" && !strings.Contains(plan, "NodeUniqueIndexSeek") {
 			t.Errorf("%s query does not seek the tenant's products: %s", name, plan)
 		}
+	}
+}
+
+// A question with no word the fulltext index keeps (emoji, punctuation)
+// still means something to the model: vector retrieval embeds and answers
+// it, hybrid falls back to the vector ranking alone, lexical keeps the clear
+// error. A question with nothing to embed is refused by every mode.
+func TestQuestionWithoutSearchTermsIsAnsweredByMeaning(t *testing.T) {
+	e := realEmbedder(t)
+	g := newEmbeddedTenantGraph(t, e)
+	g.shop()
+	g.embed(e)
+	ctx := context.Background()
+	question := "☕ ⚡ 🔥 💧 ?"
+	if _, err := LuceneQuery(question); !errors.Is(err, ErrNoSearchTerms) {
+		t.Fatalf("the test needs a question without fulltext terms: %v", err)
+	}
+	seedsOf := func(mode Retrieval) []Seed {
+		t.Helper()
+		res, err := retriever(t, g.driver, Config{Embedder: e, Retrieval: mode, TopK: 2}).Retrieve(ctx, g.tenant, question)
+		if err != nil {
+			t.Fatalf("%s retrieval of a question without words: %v", mode, err)
+		}
+		if len(res.Seeds) != 2 {
+			t.Fatalf("%s retrieval: %d seeds, want 2", mode, len(res.Seeds))
+		}
+		if !slices.Equal(res.Indexes, []string{graphmodel.VectorProductEmbed}) {
+			t.Fatalf("%s retrieval searched %v, want the vector index alone", mode, res.Indexes)
+		}
+		return res.Seeds
+	}
+	vector, hybrid := seedsOf(RetrievalVector), seedsOf(RetrievalHybrid)
+	for i := range vector {
+		if vector[i].ID != hybrid[i].ID || vector[i].Score != hybrid[i].Score {
+			t.Fatalf("hybrid seed %d: %+v, want the vector ranking's %+v", i, hybrid[i], vector[i])
+		}
+	}
+	if _, err := retriever(t, g.driver, Config{Embedder: e, Retrieval: RetrievalLexical}).Retrieve(ctx, g.tenant, question); !errors.Is(err, ErrNoSearchTerms) {
+		t.Fatalf("lexical retrieval of a question without words: %v, want ErrNoSearchTerms", err)
+	}
+	for _, mode := range []Retrieval{RetrievalLexical, RetrievalVector, RetrievalHybrid} {
+		if _, err := retriever(t, g.driver, Config{Embedder: e, Retrieval: mode}).Retrieve(ctx, g.tenant, " \t\n"); !errors.Is(err, ErrNoSearchTerms) {
+			t.Fatalf("%s retrieval of a blank question: %v, want ErrNoSearchTerms", mode, err)
+		}
+	}
+}
+
+// A vector of a text the product no longer holds is no seed: neither after
+// a text change sync wrote with --embedder none (the vector stays, its text
+// is gone) nor while the stage has yet to embed a text written with
+// embeddings on. Both through the exact scan and through the index.
+func TestVectorOfAnOlderTextIsNoSeed(t *testing.T) {
+	e := realEmbedder(t)
+	g := newEmbeddedTenantGraph(t, e)
+	g.shop()
+	g.embed(e)
+	ctx := context.Background()
+	question := "boil water for tea"
+	seedIDs := func() map[int64]bool {
+		t.Helper()
+		ids := map[int64]bool{}
+		for _, exactMax := range []int{defaultExactScanMax, 1} {
+			res, err := retriever(t, g.driver, Config{Embedder: e, Retrieval: RetrievalVector, TopK: 3, NoHops: true, ExactScanMax: exactMax}).
+				Retrieve(ctx, g.tenant, question)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range res.Seeds {
+				ids[s.ID] = true
+			}
+		}
+		return ids
+	}
+	if !seedIDs()[g.id(11)] {
+		t.Fatal("the kettle is no seed of a question about boiling water: the test needs it to be")
+	}
+	embedding := g.sink
+	without, err := projector.New(g.driver, projector.Config{}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer without.Close()
+	// --embedder none: a price change keeps the vector current, a text
+	// change does not.
+	g.sink = without
+	g.apply(events.ProductPriceChanged{ProductState: g.product(11, 2, "Electric Kettle", "Boils water in a minute. Two-year warranty.", 1, "Kitchen", 2499)})
+	if !seedIDs()[g.id(11)] {
+		t.Fatal("a price change written without an embedder made the kettle's vector unusable")
+	}
+	g.apply(events.ProductUpdated{ProductState: g.product(11, 3, "Garden Hose", "Twenty metres, kink-free.", 1, "Kitchen", 2499)})
+	if seedIDs()[g.id(11)] {
+		t.Fatal("--embedder none: the kettle's old vector is a seed although the product's text changed")
+	}
+	// Embeddings on again: the grinder becomes a kettle, written and
+	// pending; its grinder's vector is no seed until the stage embeds it.
+	g.sink = embedding
+	g.apply(events.ProductUpdated{ProductState: g.product(13, 2, "Electric Kettle", "Boils water in a minute. Two-year warranty.", 1, "Kitchen", 3999)})
+	if seedIDs()[g.id(13)] {
+		t.Fatal("the vector of a pending product's older text is a seed")
+	}
+	g.embed(e)
+	if ids := seedIDs(); !ids[g.id(13)] || ids[g.id(11)] {
+		t.Fatalf("after the stage embedded the new text: seeds %v, want the new kettle %d and not the hose %d", ids, g.id(13), g.id(11))
 	}
 }

@@ -37,7 +37,7 @@ const (
 // every tenant (TestVectorQueriesSeekTheTenant).
 func vectorExactQuery(e graphmodel.Embedding, label graphmodel.Label) string {
 	return `MATCH (node:` + label.Name + ` {tenant_id: $tenant})
-WHERE node.id IS NOT NULL AND node.` + e.VectorProperty + ` IS NOT NULL
+WHERE node.id IS NOT NULL AND node.` + e.VectorProperty + ` IS NOT NULL AND ` + currentVector("node", e) + `
 WITH node, vector.similarity.cosine(node.` + e.VectorProperty + `, $vector) AS score
 ORDER BY score DESC, node.id ASC
 LIMIT $topK
@@ -46,12 +46,21 @@ RETURN node.id AS id, ` + propsProjection("node", label) + ` AS props, score`
 
 // vectorIndexQuery asks the index for $fetch neighbours of every tenant (the
 // index of Neo4j 5 cannot filter) and keeps the tenant's, before the top-k.
-func vectorIndexQuery(label graphmodel.Label) string {
+func vectorIndexQuery(e graphmodel.Embedding, label graphmodel.Label) string {
 	return `CALL db.index.vector.queryNodes($index, $fetch, $vector) YIELD node, score
-WHERE node.tenant_id = $tenant
+WHERE node.tenant_id = $tenant AND ` + currentVector("node", e) + `
 RETURN node.id AS id, ` + propsProjection("node", label) + ` AS props, score
 ORDER BY score DESC, id ASC
 LIMIT $topK`
+}
+
+// currentVector holds for a node whose vector was computed from the text it
+// holds now (its hash equals the text hash the projector wrote with the
+// text, which a projector without an embedder clears on a text change): a
+// vector of an older text is no seed, whatever its score. Drift reports it
+// stale until the stage embeds the text again.
+func currentVector(node string, e graphmodel.Embedding) string {
+	return node + "." + e.HashProperty + " = " + node + "." + e.TextHashProperty
 }
 
 // vectorSizeQuery counts the tenant's products (a seek of the constraint
@@ -95,7 +104,7 @@ func (r *Retriever) vectorSeeds(ctx context.Context, tx neo4j.ManagedTransaction
 		for fetch <= maxVectorFetch {
 			plan.Fetches = append(plan.Fetches, fetch)
 			params["fetch"] = int64(fetch)
-			seeds, err := collectSeeds(ctx, tx, vectorIndexQuery(label), params, e.Index, label)
+			seeds, err := collectSeeds(ctx, tx, vectorIndexQuery(e, label), params, e.Index, label)
 			if err != nil {
 				return nil, plan, fmt.Errorf("vector index %s (%d of the tenant's %d and all %d products): %w", e.Index, fetch, plan.TenantNodes, plan.AllNodes, err)
 			}

@@ -156,6 +156,9 @@ func checkDrift(ctx context.Context, conn connFlags, cfg drift.Config, repair bo
 			report.Repaired = append(report.Repaired, fmt.Sprintf("wrote vectors: %d (%d texts from the cache, %d embedded)",
 				round.Written, round.Cached, round.Embedded))
 		}
+		if round.Refused > 0 {
+			report.Repaired = append(report.Repaired, fmt.Sprintf("vectors refused by the embedder: %d (left pending)", round.Refused))
+		}
 		if err != nil {
 			return fmt.Errorf("write vectors: %s", redact.Text(err.Error()))
 		}

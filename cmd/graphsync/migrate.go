@@ -24,8 +24,12 @@ func runMigrate(ctx context.Context, args []string) error {
 	var embedCfg embed.Config
 	embedCfg.RegisterFlags(fs)
 	skipNeo4j := fs.Bool("skip-neo4j", false, "apply only the PostgreSQL migrations (env GRAPHSYNC_SKIP_NEO4J)")
+	indexWait := fs.Duration("index-wait", stage.DefaultVectorIndexWait, "how long to wait for the vector index to come online (env GRAPHSYNC_INDEX_WAIT)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *indexWait <= 0 {
+		return usageError{fmt.Sprintf("--index-wait must be positive, got %s", *indexWait)}
 	}
 	embedder, _, err := openEmbedder(embedCfg)
 	if err != nil {
@@ -65,7 +69,7 @@ func runMigrate(ctx context.Context, args []string) error {
 			}
 			// The vector index takes the embedder's dimension; none leaves
 			// it as it is.
-			return stage.EnsureVectorIndex(ctx, driver, "", graphmodel.Default, embedder.Dimension())
+			return stage.EnsureVectorIndexWithin(ctx, driver, "", graphmodel.Default, embedder.Dimension(), *indexWait)
 		}
 		defer driverClose()
 	}

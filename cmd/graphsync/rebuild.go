@@ -254,6 +254,9 @@ func writeRebuildSummary(w io.Writer, tenant int64, res *rebuild.Result) error {
 	if res.Embedded+res.EmbeddedFromCache > 0 {
 		fmt.Fprintf(w, "- embed: %d texts from the cache, %d embedded\n", res.EmbeddedFromCache, res.Embedded)
 	}
+	if res.EmbeddingRefused > 0 {
+		fmt.Fprintf(w, "- embed: %d products whose text the embedder refused, left pending (drift reports them)\n", res.EmbeddingRefused)
+	}
 	fmt.Fprintf(w, "- took: %s\n\n", res.Took.Round(time.Millisecond))
 	return res.Report.WriteMarkdown(w, 0)
 }

@@ -2,7 +2,9 @@ package stage_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +23,10 @@ type counting struct {
 	// unavailable is how many calls fail as an unreachable server does
 	// before calls reach the model again.
 	unavailable int
+	// refuse, when set, makes every call with a text containing it fail as
+	// a server answering 400 does; refusedTexts counts those texts.
+	refuse       string
+	refusedTexts atomic.Int64
 }
 
 func (c *counting) Embed(ctx context.Context, texts []string) ([][]float32, error) {
@@ -31,9 +37,16 @@ func (c *counting) Embed(ctx context.Context, texts []string) ([][]float32, erro
 	if failing {
 		c.unavailable--
 	}
+	refuse := c.refuse
 	c.mu.Unlock()
 	if failing {
 		return nil, fmt.Errorf("test server: %w", embed.ErrUnavailable)
+	}
+	for _, text := range texts {
+		if refuse != "" && strings.Contains(text, refuse) {
+			c.refusedTexts.Add(1)
+			return nil, errors.New("test server: embedding request refused: status 400")
+		}
 	}
 	if before != nil {
 		before()

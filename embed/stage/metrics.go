@@ -11,6 +11,7 @@ type metrics struct {
 	dropped       prometheus.Counter
 	errors        *prometheus.CounterVec // by kind
 	modelLoad     prometheus.Gauge
+	refused       prometheus.Gauge
 }
 
 // Error kinds of graphsync_embedding_errors_total.
@@ -37,9 +38,11 @@ func newMetrics(ns string) *metrics {
 			Help: "Embedding stage failures by kind: embedder_unavailable (retried with backoff), text, neo4j, cache."}, []string{"kind"}),
 		modelLoad: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "embedding_model_load_seconds",
 			Help: "How long opening the embedding model took at start."}),
+		refused: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "embedding_refused",
+			Help: "Nodes left pending because the embedder refused their present text; not sent again until the text changes or the process restarts."}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.pending, m.oldestPending, m.embeddings, m.written, m.dropped, m.errors, m.modelLoad}
+	return []prometheus.Collector{m.pending, m.oldestPending, m.embeddings, m.written, m.dropped, m.errors, m.modelLoad, m.refused}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
@@ -82,7 +83,18 @@ type Stage struct {
 	log      *zap.Logger
 	metrics  *metrics
 	texts    struct{ pending, backlog, write, mark, requeue string }
+	// refusals holds, by node, the hash of the text the embedder refused
+	// for it. Such a node stays pending (drift reports it) and is not sent
+	// again until its text changes or the process restarts: a refused text
+	// is refused again, and asking costs every later round.
+	refusals struct {
+		sync.Mutex
+		byNode map[nodeKey]string
+	}
 }
+
+// nodeKey names a node of the embedded label.
+type nodeKey struct{ tenantID, id int64 }
 
 // New returns a stage writing through driver with embedder's vectors;
 // cache may be nil (every text is embedded).
@@ -131,9 +143,14 @@ type Round struct {
 	// the stage wrote first (written without an embedder or with another
 	// model); Refused, nodes whose text the embedder refused (moved to the
 	// back of the backlog).
+	// Drain's Refused counts distinct nodes.
 	Written, Dropped, Remarked, Refused int
+	// KnownRefused is, of Refused, the nodes refused by an earlier round
+	// for the same text: not sent to the embedder again.
+	KnownRefused int
 	// EmbedTook is the time spent in the embedder.
-	EmbedTook time.Duration
+	EmbedTook    time.Duration
+	refusedNodes []nodeKey
 }
 
 func (r *Round) add(o Round) {
@@ -144,6 +161,7 @@ func (r *Round) add(o Round) {
 	r.Dropped += o.Dropped
 	r.Remarked += o.Remarked
 	r.Refused += o.Refused
+	r.KnownRefused += o.KnownRefused
 	r.EmbedTook += o.EmbedTook
 }
 
@@ -164,18 +182,21 @@ func (s *Stage) Run(ctx context.Context) error {
 				wait = min(wait*2, s.cfg.BackoffMax)
 			}
 			s.log.Warn("embedding round failed; retrying", zap.Duration("in", wait), zap.String("error", redact.Text(err.Error())))
-		case round.Read == 0:
+		case round.Read == 0, round.KnownRefused == round.Read:
+			// Nothing pending but texts refused before: idle, never back
+			// off, so that nodes marked meanwhile are embedded without delay.
 			wait = s.cfg.Idle
-		case round.Written+round.Remarked+round.Dropped == 0:
-			// Every node read was refused (a server that answers 401, or
-			// garbage for every text): back off as after a failure rather
-			// than ask again at once.
+		case round.Written+round.Remarked+round.Dropped+round.Refused == 0:
+			// Pending nodes, yet nothing changed: back off as after a
+			// failure rather than ask again at once. A refused text never
+			// gets here: it is remembered and passed over, so it holds up
+			// neither the nodes behind it nor those marked later.
 			if wait == 0 {
 				wait = s.cfg.Backoff
 			} else {
 				wait = min(wait*2, s.cfg.BackoffMax)
 			}
-			s.log.Warn("embedding round: the embedder refused every text; retrying", zap.Duration("in", wait), zap.Int("refused", round.Refused))
+			s.log.Warn("embedding round changed nothing; retrying", zap.Duration("in", wait), zap.Int("read", round.Read))
 		default:
 			wait = 0
 		}
@@ -189,23 +210,31 @@ func (s *Stage) Run(ctx context.Context) error {
 	}
 }
 
-// Drain runs rounds until no node is pending, and returns what they did.
-// It stops with an error when a round changes nothing although nodes are
-// pending, or on the first failure (the rebuild and drift's repair call it;
-// sync runs Run).
-func (s *Stage) Drain(ctx context.Context) (Round, error) {
-	var total Round
+// Drain runs rounds until no node is pending but those whose text the
+// embedder refused, and returns what they did; its Refused counts those
+// nodes (they stay pending, and drift reports them). It stops with an error
+// when a round changes nothing although nodes are pending, or on the first
+// failure (the rebuild and drift's repair call it; sync runs Run).
+func (s *Stage) Drain(ctx context.Context) (total Round, err error) {
+	refused := map[nodeKey]bool{}
+	defer func() { total.Refused = len(refused) }()
 	for {
-		round, err := s.RunOnce(ctx)
+		var round Round
+		round, err = s.RunOnce(ctx)
 		total.add(round)
+		for _, k := range round.refusedNodes {
+			refused[k] = true
+		}
 		if err != nil {
 			return total, err
 		}
-		if round.Read == 0 {
+		// Refused nodes go to the back of the backlog: a round that reads
+		// only nodes refused before has gone round the whole backlog.
+		if round.Read == 0 || round.KnownRefused == round.Read {
 			return total, nil
 		}
-		if round.Written+round.Remarked+round.Dropped == 0 {
-			return total, fmt.Errorf("embedding stage: %d pending nodes could not be embedded (%d refused by the embedder)", round.Read, round.Refused)
+		if round.Written+round.Remarked+round.Dropped+round.Refused == 0 {
+			return total, fmt.Errorf("embedding stage: %d pending nodes could not be embedded", round.Read)
 		}
 	}
 }
@@ -252,20 +281,35 @@ func (s *Stage) RunOnce(ctx context.Context) (Round, error) {
 		round.Remarked = int(applied)
 	}
 
-	vectors, refused, err := s.vectors(ctx, nodes, &round)
+	var back []any
+	requeue := func(n pendingNode) {
+		back = append(back, map[string]any{graphmodel.KeyTenantID: n.tenantID, graphmodel.KeyID: n.id, "outbox_id": n.outboxID, "hash": n.hash})
+		round.refusedNodes = append(round.refusedNodes, nodeKey{n.tenantID, n.id})
+	}
+	fresh := nodes[:0:0]
+	for _, n := range nodes {
+		if s.refusedBefore(n) {
+			requeue(n)
+			round.KnownRefused++
+			continue
+		}
+		fresh = append(fresh, n)
+	}
+	vectors, refused, err := s.vectors(ctx, fresh, &round)
 	if err != nil {
 		return round, err
 	}
-	rows := make([]any, 0, len(nodes))
-	var back []any
-	for _, n := range nodes {
+	rows := make([]any, 0, len(fresh))
+	for _, n := range fresh {
 		v, ok := vectors[n.hash]
 		if !ok {
 			if refused[n.hash] {
-				back = append(back, map[string]any{graphmodel.KeyTenantID: n.tenantID, graphmodel.KeyID: n.id, "outbox_id": n.outboxID, "hash": n.hash})
+				s.remember(n, true)
+				requeue(n)
 			}
 			continue
 		}
+		s.remember(n, false)
 		vector := make([]float64, len(v))
 		for i, f := range v {
 			vector[i] = float64(f)
@@ -291,4 +335,29 @@ func (s *Stage) RunOnce(ctx context.Context) (Round, error) {
 		round.Refused = len(back)
 	}
 	return round, nil
+}
+
+// refusedBefore says whether the embedder refused n's present text before.
+func (s *Stage) refusedBefore(n pendingNode) bool {
+	s.refusals.Lock()
+	defer s.refusals.Unlock()
+	hash, ok := s.refusals.byNode[nodeKey{n.tenantID, n.id}]
+	return ok && hash == n.hash
+}
+
+// remember records that the embedder refused n's text, or forgets that it
+// did once n has a vector, and sets the refused-nodes gauge.
+func (s *Stage) remember(n pendingNode, refused bool) {
+	s.refusals.Lock()
+	defer s.refusals.Unlock()
+	key := nodeKey{n.tenantID, n.id}
+	if refused {
+		if s.refusals.byNode == nil {
+			s.refusals.byNode = map[nodeKey]string{}
+		}
+		s.refusals.byNode[key] = n.hash
+	} else {
+		delete(s.refusals.byNode, key)
+	}
+	s.metrics.refused.Set(float64(len(s.refusals.byNode)))
 }

@@ -458,3 +458,146 @@ func errorsCounter(t *testing.T, s *stage.Stage, kind string) prometheus.Collect
 	t.Fatal("no embedding_errors_total collector")
 	return nil
 }
+
+// gauge is the value of the stage's gauge named name.
+func gauge(t *testing.T, s *stage.Stage, name string) float64 {
+	t.Helper()
+	for _, c := range s.Collectors() {
+		if g, ok := c.(prometheus.Gauge); ok {
+			desc := make(chan *prometheus.Desc, 1)
+			g.Describe(desc)
+			if strings.Contains((<-desc).String(), `"graphsync_`+name+`"`) {
+				return testutil.ToFloat64(g)
+			}
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
+}
+
+// A text the embedder refuses (a server answering 400) costs only its own
+// node: the drain embeds the rest, in batches that hold the refused text,
+// counts it (round and metric), leaves it pending and finishes.
+func TestDrainSkipsARefusedTextAndFinishesTheRest(t *testing.T) {
+	w := newWorld(t)
+	w.emb.refuse = "REFUSE-ME"
+	s := w.stage(stage.Config{BatchSize: 2})
+	var evs []events.Event
+	for i := int64(1); i <= 5; i++ {
+		description := "Enamel mug, dishwasher safe"
+		if i == 2 {
+			description = "REFUSE-ME enamel mug"
+		}
+		evs = append(evs, events.ProductCreated{ProductState: productState(w.id(i), 1, fmt.Sprintf("Mug %d", i), description, 900)})
+	}
+	w.deliver(evs...)
+	round, err := s.Drain(w.ctx)
+	if err != nil {
+		t.Fatalf("drain with one refused text: %v", err)
+	}
+	if round.Refused != 1 || round.Written != 4 {
+		t.Fatalf("drain: %+v, want 4 written and 1 refused", round)
+	}
+	for _, i := range []int64{1, 3, 4, 5} {
+		w.current(w.id(i))
+	}
+	if n := w.node(w.id(2)); !n.pending || n.vector != nil {
+		t.Fatalf("refused product: pending %v, %d floats; want pending without a vector", n.pending, len(n.vector))
+	}
+	if got := gauge(t, s, "embedding_refused"); got != 1 {
+		t.Fatalf("embedding_refused = %g, want 1", got)
+	}
+	// Drained again, the refused text is not sent again.
+	asked := w.emb.refusedTexts.Load()
+	if round := drain(t, s, w.ctx); round.Refused != 1 || round.Written != 0 {
+		t.Fatalf("second drain: %+v, want the 1 refused node only", round)
+	}
+	if again := w.emb.refusedTexts.Load() - asked; again != 0 {
+		t.Fatalf("the refused text was sent %d more times", again)
+	}
+	// Its text changes: it is embedded.
+	w.deliver(events.ProductUpdated{ProductState: productState(w.id(2), 2, "Mug 2", "Enamel mug, blue", 900)})
+	if round := drain(t, s, w.ctx); round.Refused != 0 || round.Written != 1 {
+		t.Fatalf("drain after the text changed: %+v, want 1 written", round)
+	}
+	w.current(w.id(2))
+	if got := gauge(t, s, "embedding_refused"); got != 0 {
+		t.Fatalf("embedding_refused = %g after the text changed, want 0", got)
+	}
+}
+
+// Sync's stage never stalls on a refused text: with a refused node in the
+// backlog and backoff set far beyond the test's deadline, a product
+// created later still gets its vector at once.
+func TestRunDoesNotStallOnARefusedText(t *testing.T) {
+	w := newWorld(t)
+	w.emb.refuse = "REFUSE-ME"
+	s := w.stage(stage.Config{Idle: 10 * time.Millisecond, Backoff: time.Hour, BackoffMax: time.Hour})
+	w.deliver(events.ProductCreated{ProductState: productState(w.id(1), 1, "Lamp", "REFUSE-ME lamp", 3000)})
+	ctx, cancel := context.WithCancel(w.ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run ended with %v", err)
+		}
+	}()
+	poll := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("the stage stalled: %s", what)
+			}
+			time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+		}
+	}
+	poll("the refused text was never asked for", func() bool { return w.emb.refusedTexts.Load() > 0 })
+	w.deliver(events.ProductCreated{ProductState: productState(w.id(2), 1, "Lamp", "Brass desk lamp", 3000)})
+	poll("the product created after the refused one never got its vector", func() bool { return !w.node(w.id(2)).pending })
+	w.current(w.id(2))
+	if !w.node(w.id(1)).pending {
+		t.Fatal("the refused product is no longer pending")
+	}
+}
+
+// The wait for the vector index is a setting: when it runs out while the
+// index populates, the error names the index and its progress (not a
+// driver timeout); a second call with time enough waits for it, also when
+// the index was already created.
+func TestVectorIndexWaitEndsWithItsProgress(t *testing.T) {
+	w := newWorld(t)
+	suffix := fmt.Sprint(w.tenant)
+	model := graphmodel.Default
+	e := *model.Embedding
+	e.VectorProperty, e.Index = "wait_test_vector_"+suffix, "wait_test_index_"+suffix
+	model.Embedding = &e
+	t.Cleanup(func() {
+		// Test-only DDL of a name made of digits.
+		_, _ = neo4j.ExecuteQuery(context.Background(), w.driver, "DROP INDEX "+e.Index+" IF EXISTS", nil, neo4j.EagerResultTransformer)
+	})
+	// 5,000 vectors: population takes seconds, far more than the wait.
+	for start := 0; start < 5_000; start += 5_000 {
+		if _, err := neo4j.ExecuteQuery(w.ctx, w.driver, `UNWIND range($start, $start + 4999) AS i
+CREATE (n:Product {tenant_id: $tenant, id: $base + i}) SET n[$property] = [x IN range(1, 384) | rand() - 0.5]`,
+			map[string]any{"start": start, "tenant": w.tenant, "base": w.base, "property": e.VectorProperty}, neo4j.EagerResultTransformer); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := stage.EnsureVectorIndexWithin(w.ctx, w.driver, "", model, 384, time.Millisecond)
+	if !errors.Is(err, stage.ErrVectorIndexNotOnline) {
+		t.Fatalf("a wait of 1ms for 5,000 vectors: %v, want ErrVectorIndexNotOnline", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, e.Index) || !strings.Contains(msg, "% populated") || !strings.Contains(msg, "POPULATING") {
+		t.Fatalf("error %q does not name the index, its state and its progress", msg)
+	}
+	if err := stage.EnsureVectorIndexWithin(w.ctx, w.driver, "", model, 384, 4*time.Minute); err != nil {
+		t.Fatalf("waiting again for the populating index: %v", err)
+	}
+	res, err := neo4j.ExecuteQuery(w.ctx, w.driver, "SHOW INDEXES YIELD name, state WHERE name = $name RETURN state",
+		map[string]any{"name": e.Index}, neo4j.EagerResultTransformer)
+	if err != nil || len(res.Records) != 1 || res.Records[0].Values[0] != "ONLINE" {
+		t.Fatalf("index after the second wait: %v, %v", err, res)
+	}
+}
