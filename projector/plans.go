@@ -44,8 +44,11 @@ const (
 	// Neo4j tests a plan at most every 10 s (dbms.cypher.min_replan_interval),
 	// so checks more often than that let Neo4j's own interval decide.
 	planCheckEvery = 5 * time.Second
-	// planCheckTimeout bounds a check (a replan takes about a second).
-	planCheckTimeout = 15 * time.Second
+	// planCheckTimeout bounds a check. A replan takes about a second on a
+	// quiet 2-core machine and ten times that on a loaded one; a check cut
+	// short replans nothing, so the bound is generous: checks run one at a
+	// time, beside the batches, and a slow one delays none of them.
+	planCheckTimeout = 60 * time.Second
 	// planCheckWarnAfter is how many checks in a row may fail before a
 	// warning says that plans are not being refreshed.
 	planCheckWarnAfter = 3
