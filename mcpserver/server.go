@@ -197,7 +197,8 @@ func (s *Server) MCP(fixed *Caller) *mcp.Server {
 		Name:  toolStatus,
 		Title: "How fresh the graph is",
 		Description: "Say how far the shop's graph is behind its PostgreSQL database: events waiting to be applied, " +
-			"how long the oldest has waited, and events that could not be applied (dead letters). " +
+			"how long the oldest has waited, events that could not be applied (dead letters), " +
+			"and when the graph was last compared with PostgreSQL (a drift check) and whether it matched. " +
 			"Use it before stating that the graph is current.",
 	}, s.graphStatus)
 	srv.AddReceivingMiddleware(s.observe(fixed))
