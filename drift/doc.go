@@ -18,5 +18,7 @@
 // Repair re-projects drifted aggregates and reference nodes from the rows
 // under a version guard (it never regresses a newer state live sync wrote
 // meanwhile) and removes what no row backs, within the model's labels. It
-// never writes to PostgreSQL.
+// never writes to PostgreSQL. What PostgreSQL is told is that a check
+// finished (Report.Record: per tenant, when, how clean, counts by kind),
+// which its callers write and graph_status reads.
 package drift

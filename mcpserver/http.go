@@ -37,6 +37,10 @@ type HTTPOptions struct {
 	Gatherer prometheus.Gatherer
 	// SessionTimeout closes a session idle this long. Default: 30 minutes.
 	SessionTimeout time.Duration
+	// MaxSessionsPerToken bounds the sessions one token holds open; one
+	// more is refused with 429 until one is closed or idles out. Default:
+	// DefaultMaxSessionsPerToken.
+	MaxSessionsPerToken int
 }
 
 // Handler serves MCP's streamable HTTP transport on Path, every request
@@ -45,7 +49,11 @@ func (s *Server) Handler(opts HTTPOptions) http.Handler {
 	if opts.SessionTimeout == 0 {
 		opts.SessionTimeout = 30 * time.Minute
 	}
+	if opts.MaxSessionsPerToken <= 0 {
+		opts.MaxSessionsPerToken = DefaultMaxSessionsPerToken
+	}
 	srv := s.MCP(nil)
+	sessions := newSessionCap(srv, opts.MaxSessionsPerToken, opts.SessionTimeout.String())
 	streamable := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
 		&mcp.StreamableHTTPOptions{SessionTimeout: opts.SessionTimeout})
 	// The SDK's own middleware carries the caller to the tool calls (and
@@ -59,7 +67,7 @@ func (s *Server) Handler(opts HTTPOptions) http.Handler {
 		return info, nil
 	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(streamable)
 	mux := http.NewServeMux()
-	mux.Handle(Path, s.authenticate(opts.Tokens, carry))
+	mux.Handle(Path, s.authenticate(opts.Tokens, sessions, carry))
 	if opts.Gatherer != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
 	}
@@ -69,8 +77,9 @@ func (s *Server) Handler(opts HTTPOptions) http.Handler {
 type tokenInfoKey struct{}
 
 // authenticate refuses a request without a valid token with 401 and no
-// detail, and otherwise passes it on with its caller.
-func (s *Server) authenticate(tokens *TokenStore, next http.Handler) http.Handler {
+// detail, and otherwise passes it on with its caller, within the token's
+// sessions.
+func (s *Server) authenticate(tokens *TokenStore, sessions *sessionCap, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token, ok := bearer(r)
 		var caller Caller
@@ -100,7 +109,7 @@ func (s *Server) authenticate(tokens *TokenStore, next http.Handler) http.Handle
 			return
 		}
 		info := &auth.TokenInfo{UserID: caller.TokenID, Extra: map[string]any{callerKey: caller}}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenInfoKey{}, info)))
+		sessions.serve(w, r.WithContext(context.WithValue(r.Context(), tokenInfoKey{}, info)), caller.TokenID, next)
 	})
 }
 

@@ -63,6 +63,10 @@ func TestToolsAndModelOverBothTransports(t *testing.T) {
 			if tool.Description == "" {
 				t.Errorf("tool %s has no description", tool.Name)
 			}
+			if a := tool.Annotations; a == nil || !a.ReadOnlyHint || a.DestructiveHint == nil || *a.DestructiveHint ||
+				a.OpenWorldHint == nil || *a.OpenWorldHint {
+				t.Errorf("tool %s is not annotated read-only, non-destructive, closed-world: %s", tool.Name, jsonString(tool.Annotations))
+			}
 		}
 		slices.Sort(names)
 		if !slices.Equal(names, []string{"graph_context", "graph_lookup", "graph_status"}) {

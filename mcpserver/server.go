@@ -175,7 +175,7 @@ func (s *Server) MCP(fixed *Caller) *mcp.Server {
 				"Read the resource " + ModelURI + " for what the graph holds.",
 			Capabilities: &mcp.ServerCapabilities{},
 		})
-	mcp.AddTool(srv, &mcp.Tool{
+	addTool(s, srv, fixed, &mcp.Tool{
 		Name:  toolContext,
 		Title: "Search the shop's graph",
 		Description: "Find what the shop's graph knows about a question: the best-matching products (by name and description), " +
@@ -183,9 +183,8 @@ func (s *Server) MCP(fixed *Caller) *mcp.Server {
 			"Returns Markdown context with every statement ending in the node keys it came from ([Product:15, Category:3]); cite them, " +
 			"and pass one to graph_lookup for more. The question is searched as plain words: no query language is interpreted.",
 		InputSchema: contextSchema(),
-		Annotations: readOnly(),
-	}, wrap(s, fixed, toolContext, s.graphContext))
-	mcp.AddTool(srv, &mcp.Tool{
+	}, s.graphContext)
+	addTool(s, srv, fixed, &mcp.Tool{
 		Name:  toolLookup,
 		Title: "Look up one node",
 		Description: "Show one node of the shop's graph by the key graph_context cited (Label:id, e.g. Product:15): " +
@@ -193,16 +192,15 @@ func (s *Server) MCP(fixed *Caller) *mcp.Server {
 			"a category's products; an order's lines). Labels: " + fmt.Sprint(retrieve.LookupLabels(s.cfg.Model)) + ". " +
 			"A key that is not in this shop's graph is reported as not found.",
 		InputSchema: lookupSchema(),
-		Annotations: readOnly(),
-	}, wrap(s, fixed, toolLookup, s.graphLookup))
-	mcp.AddTool(srv, &mcp.Tool{
+	}, s.graphLookup)
+	addTool(s, srv, fixed, &mcp.Tool{
 		Name:  toolStatus,
 		Title: "How fresh the graph is",
 		Description: "Say how far the shop's graph is behind its PostgreSQL database: events waiting to be applied, " +
-			"how long the oldest has waited, and events that could not be applied (dead letters). " +
+			"how long the oldest has waited, events that could not be applied (dead letters), " +
+			"and when the graph was last compared with PostgreSQL (a drift check) and whether it matched. " +
 			"Use it before stating that the graph is current.",
-		Annotations: readOnly(),
-	}, wrap(s, fixed, toolStatus, s.graphStatus))
+	}, s.graphStatus)
 	srv.AddReceivingMiddleware(s.observe(fixed))
 	text := ModelMarkdown(s.cfg.Model)
 	srv.AddResource(&mcp.Resource{
@@ -213,6 +211,14 @@ func (s *Server) MCP(fixed *Caller) *mcp.Server {
 		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: ModelURI, MIMEType: "text/markdown", Text: text}}}, nil
 	})
 	return srv
+}
+
+// addTool registers one of the server's tools: read-only, its handler run
+// for its caller within the limits (wrap).
+func addTool[In, Out any](s *Server, srv *mcp.Server, fixed *Caller, tool *mcp.Tool,
+	run func(ctx context.Context, c Caller, in In) (*mcp.CallToolResult, Out, error)) {
+	tool.Annotations = readOnly()
+	mcp.AddTool(srv, tool, wrap(s, fixed, tool.Name, run))
 }
 
 func readOnly() *mcp.ToolAnnotations {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+	"go.uber.org/zap"
 
 	"graphsync/drift"
 	"graphsync/embed"
@@ -135,6 +136,13 @@ func checkDrift(ctx context.Context, conn connFlags, cfg drift.Config, repair bo
 		}
 		// A repair that stopped part way returns its report too.
 		report, err = checker.Run(ctx, repair)
+		if report != nil {
+			// graph_status reads it; a record that fails leaves the
+			// report and the exit code as they are.
+			if recErr := report.Record(ctx, pool, drift.SourceCommand); recErr != nil {
+				log.Warn("drift check not recorded in PostgreSQL", zap.String("error", redact.Text(recErr.Error())))
+			}
+		}
 		if err != nil {
 			return fmt.Errorf("%s", redact.Text(err.Error()))
 		}

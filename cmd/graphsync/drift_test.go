@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -59,6 +61,18 @@ func TestDriftCommand(t *testing.T) {
 	// over them without a special case.
 	if report.Counts == nil || report.Explained == nil || report.Foreign == nil {
 		t.Errorf("report %s: counts, explained and foreign must be lists, even empty", body)
+	}
+	// The check is recorded for its tenant (graph_status reads it); a second
+	// one replaces it: one row per tenant.
+	first := driftRecord(t, pool, tenant)
+	if !first.clean || first.sample != 1 || first.source != "drift" || first.counts != "{}" || first.rows != 1 {
+		t.Errorf("recorded check = %+v, want one clean row of every key by drift, no counts", first)
+	}
+	if code := run(append([]string{"drift", "--tenant", itoa(tenant), "--sample", "0.25", "--out", os.DevNull, "--recheck-after", "0s"}, conn...)); code != 0 {
+		t.Fatalf("second drift on a clean tenant exited %d", code)
+	}
+	if second := driftRecord(t, pool, tenant); second.rows != 1 || second.sample != 0.25 || !second.finishedAt.After(first.finishedAt) {
+		t.Errorf("after a second check: %+v, want its one row replacing %+v", second, first)
 	}
 	for name, args := range map[string][]string{
 		"unknown format":       append([]string{"drift", "--format", "xml"}, conn...),
@@ -160,6 +174,36 @@ func TestDriftWatchExportsGauges(t *testing.T) {
 	if got := testutil.ToFloat64(w.drift.WithLabelValues(strconv.FormatInt(tenant, 10), "Product", "orphan_node")); got != 1 {
 		t.Errorf("graphsync_drift{Product, orphan_node} = %v, want 1", got)
 	}
+	// The check is recorded for the tenant, by kind, as sync's; the watch
+	// keeps checking and the tenant keeps one row.
+	rec := driftRecord(t, pool, tenant)
+	for rec.rows == 0 && time.Now().Before(deadline) {
+		<-time.After(20 * time.Millisecond)
+		rec = driftRecord(t, pool, tenant)
+	}
+	if rec.rows != 1 || rec.clean || rec.source != "sync" || rec.counts != `{"orphan_node": 1}` || rec.sample != 1 {
+		t.Errorf("recorded check = %+v, want one row by sync with one orphan_node", rec)
+	}
+}
+
+// driftCheckRow is what drift_checks holds for a tenant.
+type driftCheckRow struct {
+	rows       int
+	finishedAt time.Time
+	clean      bool
+	sample     float64
+	counts     string
+	source     string
+}
+
+func driftRecord(t *testing.T, pool *pgxpool.Pool, tenant int64) driftCheckRow {
+	t.Helper()
+	var r driftCheckRow
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) OVER (), finished_at, clean, sample, counts::text, source
+		FROM drift_checks WHERE tenant_id = $1`, tenant).Scan(&r.rows, &r.finishedAt, &r.clean, &r.sample, &r.counts, &r.source); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		t.Fatalf("read drift_checks: %v", err)
+	}
+	return r
 }
 
 // plantOrphan gives a fresh tenant a Product node no row backs: drift to

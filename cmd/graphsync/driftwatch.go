@@ -44,8 +44,10 @@ func (w *driftWatch) collectors() []prometheus.Collector {
 	return []prometheus.Collector{w.drift, w.total, w.explained, w.lastCheck}
 }
 
-// run checks every interval until ctx is done; a failed check is logged and
-// leaves the gauges as they were (the timestamp shows its age).
+// run checks every interval until ctx is done; a finished check is recorded
+// in PostgreSQL per tenant (graph_status reads it) and exported; a failed
+// check is logged and leaves the gauges and the records as they were (the
+// timestamp shows its age).
 func (w *driftWatch) run(ctx context.Context, pool *pgxpool.Pool, driver neo4j.DriverWithContext, every time.Duration, share float64, log *zap.Logger) {
 	// Only a setting can make New fail, and sync checked them at start:
 	// once made, the checker serves every tick, whatever one tick meets.
@@ -68,6 +70,9 @@ func (w *driftWatch) run(ctx context.Context, pool *pgxpool.Pool, driver neo4j.D
 				log.Warn("drift check failed", zap.String("error", redact.Text(err.Error())))
 			}
 			continue
+		}
+		if err := report.Record(ctx, pool, drift.SourceSync); err != nil {
+			log.Warn("drift check not recorded in PostgreSQL", zap.String("error", redact.Text(err.Error())))
 		}
 		w.drift.Reset()
 		for _, c := range report.Counts {

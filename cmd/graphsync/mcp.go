@@ -33,6 +33,7 @@ type mcpFlags struct {
 	metricsAddr   string
 	callTimeout   time.Duration
 	maxConcurrent int
+	maxSessions   int
 	logQuestions  bool
 	seeds         seedFlags
 }
@@ -43,6 +44,7 @@ func (f *mcpFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics (every tenant's call counts and latencies) on this address, apart from /mcp; keep it private (default: none)")
 	fs.DurationVar(&f.callTimeout, "call-timeout", 15*time.Second, "bound of one tool call, waiting for a slot included; a slower graph gives a tool error")
 	fs.IntVar(&f.maxConcurrent, "max-concurrent-per-token", 4, "tool calls one token (or the stdio client) may have in flight; more wait for a slot within --call-timeout")
+	fs.IntVar(&f.maxSessions, "max-sessions-per-token", mcpserver.DefaultMaxSessionsPerToken, "--http: sessions one token may hold open; one more is refused (HTTP 429) until one is closed or idles out")
 	fs.BoolVar(&f.logQuestions, "log-questions", false, "log each graph_context question (personal data masked); off: questions never reach the log")
 	f.seeds.register(fs)
 }
@@ -83,6 +85,8 @@ func runMCP(ctx context.Context, args []string) error {
 		return usageError{fmt.Sprintf("--call-timeout must be positive, got %s", f.callTimeout)}
 	case f.maxConcurrent < 1:
 		return usageError{fmt.Sprintf("--max-concurrent-per-token must be at least 1, got %d", f.maxConcurrent)}
+	case f.maxSessions < 1:
+		return usageError{fmt.Sprintf("--max-sessions-per-token must be at least 1, got %d", f.maxSessions)}
 	case f.httpAddr == "" && f.tenant <= 0:
 		return usageError{"stdio needs --tenant N (or GRAPHSYNC_TENANT): the one tenant whose graph the client may read; or serve HTTP with --http ADDR and tokens"}
 	}
@@ -128,7 +132,7 @@ func serveMCP(ctx context.Context, pool *pgxpool.Pool, driver neo4j.DriverWithCo
 		go func() { _ = serveHTTP(ctx, f.metricsAddr, mux, log, "metrics") }()
 	}
 	if f.httpAddr != "" {
-		handler := srv.Handler(mcpserver.HTTPOptions{Tokens: mcpserver.NewTokenStore(pool)})
+		handler := srv.Handler(mcpserver.HTTPOptions{Tokens: mcpserver.NewTokenStore(pool), MaxSessionsPerToken: f.maxSessions})
 		return serveHTTP(ctx, f.httpAddr, handler, log, "mcp")
 	}
 	log.Info("mcp serving stdio", zap.Int64("tenant_id", f.tenant))

@@ -18,6 +18,7 @@ func TestMCPFlagMistakesAreNamedBeforeConnecting(t *testing.T) {
 		{[]string{"mcp", "--tenant", "0"}, "--tenant"},
 		{[]string{"mcp", "--tenant", "1", "--call-timeout", "0s"}, "--call-timeout"},
 		{[]string{"mcp", "--tenant", "1", "--max-concurrent-per-token", "0"}, "--max-concurrent-per-token"},
+		{[]string{"mcp", "--http", "127.0.0.1:0", "--max-sessions-per-token", "0"}, "--max-sessions-per-token"},
 		{[]string{"mcp", "token"}, "want create, list or revoke"},
 		{[]string{"mcp", "token", "frob"}, "frob"},
 		{[]string{"mcp", "token", "create"}, "--tenant"},

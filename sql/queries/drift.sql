@@ -1,4 +1,5 @@
--- Reads of `graphsync drift`: the business tables in
+-- Statements of `graphsync drift` (the last one records a finished check):
+-- reads of the business tables in
 -- key order, a chunk at a time (keyset pagination), in one REPEATABLE READ
 -- snapshot opened by the caller. $1 tenant, $2 last id of the previous
 -- chunk, $3 chunk size, $4 sample offset, $5 sample share in 1/1000 of
@@ -97,3 +98,19 @@ SELECT id FROM products WHERE tenant_id = $1 AND id = ANY($2);
 
 -- name: DriftTenantExists
 SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1);
+
+-- name: DriftCheckRecord
+-- A finished check, one row per tenant it covered (migration 0015): $1
+-- tenants, $2 their drift totals, $3 their counts by kind (JSON objects as text),
+-- in the same order; $4 when the check finished, $5 its sample share, $6
+-- 'drift' or 'sync'. A row is replaced only by a check that finished later,
+-- so two checks finishing out of order leave the later one. A tenant
+-- removed since the check has nothing to record.
+INSERT INTO drift_checks (tenant_id, finished_at, sample, counts, drift_total, source)
+SELECT t.tenant_id, $4, $5, t.counts::jsonb, t.drift_total, $6
+FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS t(tenant_id, drift_total, counts)
+WHERE EXISTS (SELECT 1 FROM tenants WHERE id = t.tenant_id)
+ON CONFLICT (tenant_id) DO UPDATE
+  SET finished_at = EXCLUDED.finished_at, sample = EXCLUDED.sample, counts = EXCLUDED.counts,
+      drift_total = EXCLUDED.drift_total, source = EXCLUDED.source
+  WHERE drift_checks.finished_at <= EXCLUDED.finished_at;

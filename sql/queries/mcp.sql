@@ -37,3 +37,9 @@ SELECT
   (SELECT extract(epoch FROM now() - min(occurred_at))::float8 FROM outbox_messages
     WHERE tenant_id = $1 AND processed_at IS NULL AND isfinite(occurred_at)),
   (SELECT count(*) FROM outbox_messages_dlq WHERE tenant_id = $1);
+
+-- name: MCPTenantLastDriftCheck
+-- $1 tenant: when the last drift check that covered it finished, whether it
+-- found no drift in it, and the share of keys it compared; no row when none
+-- is recorded.
+SELECT finished_at, clean, sample FROM drift_checks WHERE tenant_id = $1;
