@@ -62,11 +62,11 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 	go func() {
 		defer close(readerDone)
 		defer close(chunks)
-		xid, id := cp.replayXID, cp.replayID
+		xid, id, seen := cp.replayXID, cp.replayID, cp.done
 		waited := false
 		for {
 			var c historyChunk
-			c.batch, c.pending, c.read, c.last, c.err = b.readHistory(readCtx, xid, id, filter)
+			c.batch, c.pending, c.places, c.read, c.last, c.err = b.readHistory(readCtx, xid, id, seen, filter)
 			if c.err == nil && c.read < b.cfg.ChunkSize && !waited {
 				// The end of what is below the oldest running transaction:
 				// read the same range again once those older than the
@@ -87,7 +87,7 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 			if c.err != nil || c.read < b.cfg.ChunkSize {
 				return
 			}
-			xid, id = c.last.XID, c.last.ID
+			xid, id, seen = c.last.XID, c.last.ID, seen+int64(c.read)
 		}
 	}()
 	// While a chunk is written, the next one's owner lookup is read ahead
@@ -116,7 +116,7 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 			}
 		}()
 		// Every return below waits for the look-ahead first.
-		batch, held, gaveUp := waiting.holdBack(c.batch, c.pending)
+		batch, held, gaveUp := waiting.holdBack(c.batch, c.pending, c.places)
 		b.count(res, gaveUp)
 		rejected, err := b.deliverChunk(ctx, c, batch, held > 0, prep)
 		if err != nil {
@@ -130,7 +130,7 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 			rejected, err = b.retryNotApplied(ctx, batch, rejected)
 		}
 		if err == nil {
-			b.count(res, waiting.add(batch, rejected, c.pending))
+			b.count(res, waiting.add(batch, rejected, c.pending, c.places))
 			var applied bool
 			if applied, err = b.retryWaiting(ctx, waiting, res); err == nil && applied && nextOK && next.err == nil && next.prepared != nil {
 				// The waiting events just written were not in flight
@@ -144,7 +144,7 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 		cp.replayXID, cp.replayID = c.last.XID, c.last.ID
 		cp.done += int64(c.read)
 		cp.chunks++
-		if err := cp.store(ctx, b.pool); err != nil {
+		if err := waiting.pinned(*cp).store(ctx, b.pool); err != nil {
 			return err
 		}
 		b.cfg.Progress(Progress{Phase: "replay", Done: cp.done, Total: max(total, cp.done), Chunks: cp.chunks, Resumed: res.Resumed})
@@ -156,6 +156,7 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 	// What still waits needs an event this history does not hold (dead
 	// letters, or a dependency sync never applied): the sweep's.
 	b.count(res, waiting.giveUp())
+	res.GivenUp = waiting.givenUp()
 	return nil
 }
 
@@ -187,7 +188,7 @@ func (b *Rebuilder) retryWaiting(ctx context.Context, waiting *waitQueue, res *R
 		return false, err
 	}
 	applied = len(rejected) < len(batch)
-	b.count(res, waiting.add(batch, rejected, waiting.pending))
+	b.count(res, waiting.add(batch, rejected, waiting.pending, waiting.places))
 	return applied, nil
 }
 
@@ -252,8 +253,9 @@ type historyChunk struct {
 	batch    []outbox.Message
 	prepared *projector.Prepared
 	// pending are the ids of batch's events the running sync had not
-	// marked processed at the read.
+	// marked processed at the read; places says where each was read.
 	pending map[int64]bool
+	places  map[int64]place
 	read    int
 	last    relay.Position
 	err     error
@@ -289,18 +291,20 @@ func (b *Rebuilder) deliver(ctx context.Context, send func(context.Context) (map
 	}
 }
 
-// readHistory reads one chunk after (xid, id): the events to apply (those
-// still pending included, their ids in pending), how many rows were read,
-// and the position after the last.
-func (b *Rebuilder) readHistory(ctx context.Context, xid string, id int64, tenant *int64) ([]outbox.Message, map[int64]bool, int, relay.Position, error) {
+// readHistory reads one chunk after (xid, id), seen events after the
+// replay's start: the events to apply (those still pending included, their
+// ids in pending), where each was read, how many rows were read, and the
+// position after the last.
+func (b *Rebuilder) readHistory(ctx context.Context, xid string, id, seen int64, tenant *int64) ([]outbox.Message, map[int64]bool, map[int64]place, int, relay.Position, error) {
 	pos := relay.Position{XID: xid, ID: id}
 	rows, err := b.pool.Query(ctx, gsql.Query("OffsetRead"), xid, id, b.cfg.ChunkSize, tenant)
 	if err != nil {
-		return nil, nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
+		return nil, nil, nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
 	}
 	defer rows.Close()
 	var batch []outbox.Message
 	pending := map[int64]bool{}
+	places := map[int64]place{}
 	for rows.Next() {
 		var m outbox.Message
 		var trace pgtype.Text
@@ -308,9 +312,10 @@ func (b *Rebuilder) readHistory(ctx context.Context, xid string, id int64, tenan
 		var processed bool
 		if err := rows.Scan(&m.ID, &m.TenantID, &m.AggregateType, &m.AggregateID, &m.EventType, &m.EventVersion,
 			&m.Payload, &occurred, &m.Attempts, &trace, &pos.XID, &processed); err != nil {
-			return nil, nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
+			return nil, nil, nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
 		}
 		pos.ID = m.ID
+		places[m.ID] = place{xid: pos.XID, id: m.ID, seen: seen + int64(len(batch))}
 		if !processed {
 			pending[m.ID] = true
 		}
@@ -319,7 +324,7 @@ func (b *Rebuilder) readHistory(ctx context.Context, xid string, id int64, tenan
 		batch = append(batch, m)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
+		return nil, nil, nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
 	}
-	return batch, pending, len(batch), pos, nil
+	return batch, pending, places, len(batch), pos, nil
 }
