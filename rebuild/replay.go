@@ -132,7 +132,7 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 		if err == nil {
 			b.count(res, waiting.add(batch, rejected, c.pending, c.places))
 			var applied bool
-			if applied, err = b.retryWaiting(ctx, waiting, res); err == nil && applied && nextOK && next.err == nil && next.prepared != nil {
+			if applied, err = b.retryWaiting(ctx, waiting, writtenBy(batch, rejected), res); err == nil && applied && nextOK && next.err == nil && next.prepared != nil {
 				// The waiting events just written were not in flight
 				// during the look-ahead: read it again.
 				_ = prep.LookAhead(ctx, next.prepared, nil)
@@ -153,8 +153,13 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	// What still waits needs an event this history does not hold (dead
-	// letters, or a dependency sync never applied): the sweep's.
+	// A last delivery of what waits, whatever it waits for (the running
+	// sync may have written it meanwhile); what still waits then needs an
+	// event this history does not hold (dead letters, or a dependency sync
+	// never applied): the sweep's.
+	if _, err := b.retryWaiting(ctx, waiting, nil, res); err != nil {
+		return fmt.Errorf("replay the events still waiting at the end of the history: %w", err)
+	}
 	b.count(res, waiting.giveUp())
 	res.GivenUp = waiting.givenUp()
 	return nil
@@ -176,20 +181,37 @@ func (b *Rebuilder) count(res *Result, rejected []rejectedEvent) {
 }
 
 // retryWaiting delivers the waiting events again, in their order, after a
-// chunk that may have written what they wait for. Those that apply leave
-// the queue; applied reports whether any did.
-func (b *Rebuilder) retryWaiting(ctx context.Context, waiting *waitQueue, res *Result) (applied bool, err error) {
-	if len(waiting.msgs) == 0 {
-		return false, nil
+// chunk that wrote the aggregates in written, when that may apply some of
+// them (waitQueue.mayApply; written nil: whatever they wait for), and again
+// while a delivery applied what others wait for. Those that apply leave the
+// queue; applied reports whether any did. A queue that waits for what no
+// chunk writes (a dead-lettered product) costs no delivery per chunk.
+func (b *Rebuilder) retryWaiting(ctx context.Context, waiting *waitQueue, written map[aggregate]bool, res *Result) (applied bool, err error) {
+	for len(waiting.msgs) > 0 && (written == nil || waiting.mayApply(written)) {
+		batch := waiting.take()
+		rejected, err := b.deliver(ctx, func(ctx context.Context) (map[int64]error, error) { return b.cfg.Sink.Deliver(ctx, batch) })
+		if err != nil {
+			return applied, err
+		}
+		b.count(res, waiting.add(batch, rejected, waiting.pending, waiting.places))
+		if len(rejected) == len(batch) {
+			break
+		}
+		applied = true
+		written = writtenBy(batch, rejected)
 	}
-	batch := waiting.take()
-	rejected, err := b.deliver(ctx, func(ctx context.Context) (map[int64]error, error) { return b.cfg.Sink.Deliver(ctx, batch) })
-	if err != nil {
-		return false, err
-	}
-	applied = len(rejected) < len(batch)
-	b.count(res, waiting.add(batch, rejected, waiting.pending, waiting.places))
 	return applied, nil
+}
+
+// writtenBy is the set of aggregates whose events of batch applied.
+func writtenBy(batch []outbox.Message, rejected map[int64]error) map[aggregate]bool {
+	out := map[aggregate]bool{}
+	for _, m := range batch {
+		if rejected[m.ID] == nil {
+			out[aggregateOf(m)] = true
+		}
+	}
+	return out
 }
 
 // deliverChunk hands batch, the chunk's events less those held behind

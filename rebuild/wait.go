@@ -106,6 +106,27 @@ func (q *waitQueue) holdBack(batch []outbox.Message, pending map[int64]bool, pla
 	return rest, held, append(gaveUp, q.trim()...)
 }
 
+// mayApply says whether delivering the queue again may apply any of it,
+// now that the events of the aggregates in written were applied: an event
+// waits for an aggregate's events (outbox.AwaitedBy) and that aggregate was
+// written, or it waits for something the sink did not name, or Neo4j left
+// it unapplied. Events held back behind their aggregate's wait for that.
+func (q *waitQueue) mayApply(written map[aggregate]bool) bool {
+	for _, m := range q.msgs {
+		reason := q.reasons[m.ID]
+		switch {
+		case errors.Is(reason, outbox.ErrNotApplied):
+			return true
+		case errors.Is(reason, outbox.ErrDeferred):
+			awaited, named := outbox.AwaitedBy(reason)
+			if !named || written[aggregate{awaited.TenantID, awaited.AggregateType, awaited.AggregateID}] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // pin is the earliest place of the history the replay's checkpoint may
 // record as read: before the earliest event that waits or was given up.
 func (q *waitQueue) pin() (place, bool) {

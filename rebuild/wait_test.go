@@ -138,3 +138,40 @@ func TestWaitQueuePinsTheCheckpointBeforeWhatWaits(t *testing.T) {
 		t.Fatalf("checkpoint %s/%d after %d with nothing waiting, want 950/30 after 30", cp.replayXID, cp.replayID, cp.done)
 	}
 }
+
+// The queue may apply again only when an aggregate it waits for was
+// written, when it waits for what the sink did not name, or when Neo4j
+// left events unapplied; held-back events wait for their own aggregate.
+func TestWaitQueueMayApplyOnlyWhenWhatItAwaitsWasWritten(t *testing.T) {
+	awaiting := func(tenant, product int64) error {
+		return &awaitingError{outbox.Awaited{TenantID: tenant, AggregateType: "Product", AggregateID: product}}
+	}
+	q := newWaitQueue(10)
+	q.add([]outbox.Message{waitMsg(1, "Order", 10), waitMsg(2, "Order", 10)}, map[int64]error{1: awaiting(1, 7), 2: outbox.ErrHeldBack}, nil, nil)
+	for _, tc := range []struct {
+		written map[aggregate]bool
+		want    bool
+	}{
+		{map[aggregate]bool{}, false},
+		{map[aggregate]bool{{1, "Product", 8}: true, {2, "Product", 7}: true, {1, "Order", 10}: true}, false},
+		{map[aggregate]bool{{1, "Product", 7}: true}, true},
+	} {
+		if got := q.mayApply(tc.written); got != tc.want {
+			t.Errorf("written %v: may apply %v, want %v", tc.written, got, tc.want)
+		}
+	}
+	for _, reason := range []error{fmt.Errorf("unnamed: %w", outbox.ErrDeferred), outbox.ErrNotApplied} {
+		q := newWaitQueue(10)
+		q.add([]outbox.Message{waitMsg(3, "Order", 11)}, map[int64]error{3: reason}, nil, nil)
+		if !q.mayApply(map[aggregate]bool{}) {
+			t.Errorf("an event waiting with %q: may apply false, want true", reason)
+		}
+	}
+}
+
+// awaitingError is a deferral naming what it waits for, as the projector's.
+type awaitingError struct{ awaited outbox.Awaited }
+
+func (e *awaitingError) Error() string                  { return "waiting for a product" }
+func (e *awaitingError) Unwrap() error                  { return outbox.ErrDeferred }
+func (e *awaitingError) Awaits() (outbox.Awaited, bool) { return e.awaited, true }
