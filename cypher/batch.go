@@ -88,6 +88,23 @@ func (b *Builder) Batch(stmts []Statement) (Batch, error) {
 // transaction stays all or nothing (docs/adr/0026-large-events.md).
 const StatementRows = 5000
 
+// RowChunks splits rows into consecutive chunks of at most size rows
+// (StatementRows, the bound of one statement's UNWIND list, outside tests):
+// the row path (drift's repair, the rebuild's snapshot) runs a statement
+// once per chunk, in order, as Batches splits the event path's.
+func RowChunks[T any](rows []T, size int) [][]T {
+	size = max(size, 1)
+	if len(rows) <= size {
+		return [][]T{rows}
+	}
+	out := make([][]T, 0, (len(rows)+size-1)/size)
+	for len(rows) > size {
+		out = append(out, rows[:size])
+		rows = rows[size:]
+	}
+	return append(out, rows)
+}
+
 // Batches is Batch for statements of any size: it packs them into as few
 // queries as it can with at most StatementRows rows per statement, to run
 // in order in one transaction. A statement over the bound is split into

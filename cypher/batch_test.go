@@ -165,3 +165,30 @@ func TestBatchesSplitLargeStatementsInOrder(t *testing.T) {
 		t.Errorf("the batches expect %d rows in all, the statements %d", got, want)
 	}
 }
+
+// The row path's chunks: consecutive rows, in order, at most StatementRows
+// each, nothing lost; a list within the bound is one chunk.
+func TestRowChunksKeepRowsInOrderWithinTheBound(t *testing.T) {
+	for _, n := range []int{0, 1, StatementRows, StatementRows + 1, 2*StatementRows + 7} {
+		rows := make([]int, n)
+		for i := range rows {
+			rows[i] = i
+		}
+		chunks := RowChunks(rows, StatementRows)
+		next := 0
+		for _, c := range chunks {
+			if len(c) > StatementRows || (len(c) == 0 && n > 0) {
+				t.Errorf("%d rows: a chunk of %d", n, len(c))
+			}
+			for _, r := range c {
+				if r != next {
+					t.Fatalf("%d rows: row %d where %d comes next", n, r, next)
+				}
+				next++
+			}
+		}
+		if next != n || len(chunks) != max(1, (n+StatementRows-1)/StatementRows) {
+			t.Errorf("%d rows: %d rows in %d chunks", n, next, len(chunks))
+		}
+	}
+}

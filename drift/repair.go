@@ -338,10 +338,44 @@ func (r *run) writeTransaction(ctx context.Context, texts []string, params map[s
 
 // runTexts runs texts, in order, in tx with the same parameters, and
 // returns the count the last one reports as applied.
+//
+// A statement's rows are sent at most cypher.StatementRows at a time (the
+// texts run for each chunk in turn, in one transaction), so a repair or a
+// snapshot chunk holding a 50,000-line order writes within the statement
+// bound sync's batches keep (cypher.Batches, ADR 0026); the counts of the
+// chunks add up.
 func runTexts(ctx context.Context, tx neo4j.ManagedTransaction, texts []string, params map[string]any) (int64, error) {
+	rows, ok := params["rows"].([]map[string]any)
+	if !ok || len(rows) <= statementRows {
+		return runTextsOnce(ctx, tx, texts, params)
+	}
+	var total int64
+	for _, chunk := range cypher.RowChunks(rows, statementRows) {
+		chunkParams := maps.Clone(params)
+		chunkParams["rows"] = chunk
+		applied, err := runTextsOnce(ctx, tx, texts, chunkParams)
+		if err != nil {
+			return 0, err
+		}
+		total += applied
+	}
+	return total, nil
+}
+
+// statementRows is cypher.StatementRows; a test lowers it to split small
+// orders as the bound splits large ones.
+var statementRows = cypher.StatementRows
+
+// txRun runs one statement of the row path: tx.Run (a test records what
+// it sends through it).
+var txRun = func(ctx context.Context, tx neo4j.ManagedTransaction, text string, params map[string]any) (neo4j.ResultWithContext, error) {
+	return tx.Run(ctx, text, params)
+}
+
+func runTextsOnce(ctx context.Context, tx neo4j.ManagedTransaction, texts []string, params map[string]any) (int64, error) {
 	var applied int64
 	for _, text := range texts {
-		res, err := tx.Run(ctx, text, params)
+		res, err := txRun(ctx, tx, text, params)
 		if err != nil {
 			return 0, err
 		}

@@ -27,6 +27,24 @@ var (
 	ErrNotApplied = errors.New("not applied: the sink became unavailable part-way through the batch")
 )
 
+// Awaited names the aggregate whose events a deferred message (ErrDeferred)
+// waits for: the node it needs is written by that aggregate's events.
+type Awaited struct {
+	TenantID      int64
+	AggregateType string
+	AggregateID   int64
+}
+
+// AwaitedBy says which aggregate the message rejected with err waits for,
+// when err is ErrDeferred and the sink names it (a sink need not).
+func AwaitedBy(err error) (Awaited, bool) {
+	var w interface{ Awaits() (Awaited, bool) }
+	if errors.As(err, &w) {
+		return w.Awaits()
+	}
+	return Awaited{}, false
+}
+
 // Classes of the error Deliver returns for a whole batch (wrap one of them).
 // Whatever the class, nothing of the batch was applied.
 var (

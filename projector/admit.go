@@ -32,9 +32,20 @@ type rejection struct {
 	kind  error
 	msg   string
 	cause error
+	// awaits, on a deferred event, is the aggregate whose events write
+	// the node it waits for, when the node is an aggregate's.
+	awaits *outbox.Awaited
 }
 
 func (r *rejection) Error() string { return r.msg }
+
+// Awaits names the aggregate a deferred event waits for (outbox.AwaitedBy).
+func (r *rejection) Awaits() (outbox.Awaited, bool) {
+	if r.awaits == nil {
+		return outbox.Awaited{}, false
+	}
+	return *r.awaits, true
+}
 func (r *rejection) Unwrap() []error {
 	if r.cause == nil {
 		return []error{r.kind}
@@ -70,15 +81,19 @@ func (o owners) heldBy(label string, id, tenantID int64) bool {
 type admission struct {
 	graph      owners
 	tombstones map[string]string // label -> tombstone label
+	aggregates map[string]string // label -> aggregate type writing its nodes
 	claimed    map[labelID]int64 // ids claimed by an admitted item, by tenant
 	exists     map[nodeID]bool   // nodes created (true) or deleted (false) by admitted items
 }
 
 func newAdmission(model graphmodel.Model, graph owners) *admission {
-	a := &admission{graph: graph, tombstones: map[string]string{}, claimed: map[labelID]int64{}, exists: map[nodeID]bool{}}
+	a := &admission{graph: graph, tombstones: map[string]string{}, aggregates: map[string]string{}, claimed: map[labelID]int64{}, exists: map[nodeID]bool{}}
 	for _, l := range model.Labels {
 		if l.Tombstone != "" {
 			a.tombstones[l.Name] = l.Tombstone
+		}
+		if l.Role == graphmodel.RoleAggregate {
+			a.aggregates[l.Name] = l.AggregateType
 		}
 	}
 	return a
@@ -157,9 +172,13 @@ func (a *admission) check(it *item) error {
 			return reject(it, ErrNotProjected, "%s: %s %d was deleted", r.field, strings.ToLower(r.label), r.id)
 		}
 		if wait == nil {
-			wait = &rejection{kind: ErrNotProjected, cause: outbox.ErrDeferred, msg: it.name + ": " + fmt.Sprintf(
+			w := &rejection{kind: ErrNotProjected, cause: outbox.ErrDeferred, msg: it.name + ": " + fmt.Sprintf(
 				"%s: %s %d is not in the graph yet (its events are not projected yet); waiting for them",
 				r.field, strings.ToLower(r.label), r.id)}
+			if aggregateType, ok := a.aggregates[r.label]; ok {
+				w.awaits = &outbox.Awaited{TenantID: tenantID, AggregateType: aggregateType, AggregateID: r.id}
+			}
+			wait = w
 		}
 	}
 	return wait

@@ -10,6 +10,7 @@ import (
 	"graphsync/cypher"
 	"graphsync/events"
 	"graphsync/graphmodel"
+	"graphsync/outbox"
 )
 
 func TestAdmission(t *testing.T) {
@@ -214,5 +215,31 @@ func TestOwnersParamsFillEveryListTheLookupReads(t *testing.T) {
 		if _, ok := params[m[1]]; !ok {
 			t.Errorf("the owner lookup reads $%s.%s, which ownersParams does not fill", mapParam, m[1])
 		}
+	}
+}
+
+// A deferred event names the aggregate it waits for (tenant, type, id), so
+// a caller that keeps it (the rebuild's replay) delivers it again only after
+// that aggregate's events; a rejection that is no wait names none.
+func TestDeferredEventNamesTheAggregateItAwaits(t *testing.T) {
+	a, b := &ids{tenant: 5}, &ids{tenant: 6, outboxID: 100}
+	p := newTestProjector(t)
+	var items []*item
+	for _, m := range []outbox.Message{
+		a.message(t, orderPlaced(9, 11, events.OrderLine{LineNo: 1, ProductID: 7, Quantity: 1, UnitPriceCents: 100})),
+		b.message(t, orderPlaced(9, 11, events.OrderLine{LineNo: 1, ProductID: 8, Quantity: 1, UnitPriceCents: 100})),
+	} {
+		it, err := p.prepare(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		items = append(items, it)
+	}
+	_, rejected := newAdmission(graphmodel.Default, owners{{"Product", 8}: {5}}).admit(items)
+	if got, ok := outbox.AwaitedBy(rejected[items[0].msg.ID]); !ok || got != (outbox.Awaited{TenantID: 5, AggregateType: "Product", AggregateID: 7}) {
+		t.Errorf("tenant 5's order waits for %+v (%v), want tenant 5 Product 7: %v", got, ok, rejected[items[0].msg.ID])
+	}
+	if got, ok := outbox.AwaitedBy(rejected[items[1].msg.ID]); ok || rejected[items[1].msg.ID] == nil {
+		t.Errorf("tenant 6's order naming tenant 5's product: awaits %+v (%v), error %v; want a rejection awaiting nothing", got, ok, rejected[items[1].msg.ID])
 	}
 }

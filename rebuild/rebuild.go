@@ -34,6 +34,11 @@ type Result struct {
 	// the first was.
 	NotApplied     int64
 	FirstRejection string
+	// GivenUp lists the aggregates whose waiting events the replay gave
+	// up past the wait queue's bound ("tenant 7 Order 42 (3 events)"):
+	// none of their later events were applied either (counted in
+	// NotApplied); the sweep re-projects them from the rows.
+	GivenUp []string
 	// Embedded and EmbeddedFromCache count the distinct texts whose vectors
 	// the embedder computed and the cache gave (Config.Embedding).
 	Embedded, EmbeddedFromCache int

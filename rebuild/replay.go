@@ -62,11 +62,11 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 	go func() {
 		defer close(readerDone)
 		defer close(chunks)
-		xid, id := cp.replayXID, cp.replayID
+		xid, id, seen := cp.replayXID, cp.replayID, cp.done
 		waited := false
 		for {
 			var c historyChunk
-			c.batch, c.pending, c.read, c.last, c.err = b.readHistory(readCtx, xid, id, filter)
+			c.batch, c.pending, c.places, c.read, c.last, c.err = b.readHistory(readCtx, xid, id, seen, filter)
 			if c.err == nil && c.read < b.cfg.ChunkSize && !waited {
 				// The end of what is below the oldest running transaction:
 				// read the same range again once those older than the
@@ -87,7 +87,7 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 			if c.err != nil || c.read < b.cfg.ChunkSize {
 				return
 			}
-			xid, id = c.last.XID, c.last.ID
+			xid, id, seen = c.last.XID, c.last.ID, seen+int64(c.read)
 		}
 	}()
 	// While a chunk is written, the next one's owner lookup is read ahead
@@ -116,7 +116,7 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 			}
 		}()
 		// Every return below waits for the look-ahead first.
-		batch, held, gaveUp := waiting.holdBack(c.batch, c.pending)
+		batch, held, gaveUp := waiting.holdBack(c.batch, c.pending, c.places)
 		b.count(res, gaveUp)
 		rejected, err := b.deliverChunk(ctx, c, batch, held > 0, prep)
 		if err != nil {
@@ -130,9 +130,9 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 			rejected, err = b.retryNotApplied(ctx, batch, rejected)
 		}
 		if err == nil {
-			b.count(res, waiting.add(batch, rejected, c.pending))
+			b.count(res, waiting.add(batch, rejected, c.pending, c.places))
 			var applied bool
-			if applied, err = b.retryWaiting(ctx, waiting, res); err == nil && applied && nextOK && next.err == nil && next.prepared != nil {
+			if applied, err = b.retryWaiting(ctx, waiting, writtenBy(batch, rejected), res); err == nil && applied && nextOK && next.err == nil && next.prepared != nil {
 				// The waiting events just written were not in flight
 				// during the look-ahead: read it again.
 				_ = prep.LookAhead(ctx, next.prepared, nil)
@@ -144,7 +144,7 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 		cp.replayXID, cp.replayID = c.last.XID, c.last.ID
 		cp.done += int64(c.read)
 		cp.chunks++
-		if err := cp.store(ctx, b.pool); err != nil {
+		if err := waiting.pinned(*cp).store(ctx, b.pool); err != nil {
 			return err
 		}
 		b.cfg.Progress(Progress{Phase: "replay", Done: cp.done, Total: max(total, cp.done), Chunks: cp.chunks, Resumed: res.Resumed})
@@ -153,9 +153,15 @@ func (b *Rebuilder) replay(ctx context.Context, cp *checkpoint, res *Result) err
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	// What still waits needs an event this history does not hold (dead
-	// letters, or a dependency sync never applied): the sweep's.
+	// A last delivery of what waits, whatever it waits for (the running
+	// sync may have written it meanwhile); what still waits then needs an
+	// event this history does not hold (dead letters, or a dependency sync
+	// never applied): the sweep's.
+	if _, err := b.retryWaiting(ctx, waiting, nil, res); err != nil {
+		return fmt.Errorf("replay the events still waiting at the end of the history: %w", err)
+	}
 	b.count(res, waiting.giveUp())
+	res.GivenUp = waiting.givenUp()
 	return nil
 }
 
@@ -175,20 +181,37 @@ func (b *Rebuilder) count(res *Result, rejected []rejectedEvent) {
 }
 
 // retryWaiting delivers the waiting events again, in their order, after a
-// chunk that may have written what they wait for. Those that apply leave
-// the queue; applied reports whether any did.
-func (b *Rebuilder) retryWaiting(ctx context.Context, waiting *waitQueue, res *Result) (applied bool, err error) {
-	if len(waiting.msgs) == 0 {
-		return false, nil
+// chunk that wrote the aggregates in written, when that may apply some of
+// them (waitQueue.mayApply; written nil: whatever they wait for), and again
+// while a delivery applied what others wait for. Those that apply leave the
+// queue; applied reports whether any did. A queue that waits for what no
+// chunk writes (a dead-lettered product) costs no delivery per chunk.
+func (b *Rebuilder) retryWaiting(ctx context.Context, waiting *waitQueue, written map[aggregate]bool, res *Result) (applied bool, err error) {
+	for len(waiting.msgs) > 0 && (written == nil || waiting.mayApply(written)) {
+		batch := waiting.take()
+		rejected, err := b.deliver(ctx, func(ctx context.Context) (map[int64]error, error) { return b.cfg.Sink.Deliver(ctx, batch) })
+		if err != nil {
+			return applied, err
+		}
+		b.count(res, waiting.add(batch, rejected, waiting.pending, waiting.places))
+		if len(rejected) == len(batch) {
+			break
+		}
+		applied = true
+		written = writtenBy(batch, rejected)
 	}
-	batch := waiting.take()
-	rejected, err := b.deliver(ctx, func(ctx context.Context) (map[int64]error, error) { return b.cfg.Sink.Deliver(ctx, batch) })
-	if err != nil {
-		return false, err
-	}
-	applied = len(rejected) < len(batch)
-	b.count(res, waiting.add(batch, rejected, waiting.pending))
 	return applied, nil
+}
+
+// writtenBy is the set of aggregates whose events of batch applied.
+func writtenBy(batch []outbox.Message, rejected map[int64]error) map[aggregate]bool {
+	out := map[aggregate]bool{}
+	for _, m := range batch {
+		if rejected[m.ID] == nil {
+			out[aggregateOf(m)] = true
+		}
+	}
+	return out
 }
 
 // deliverChunk hands batch, the chunk's events less those held behind
@@ -252,8 +275,9 @@ type historyChunk struct {
 	batch    []outbox.Message
 	prepared *projector.Prepared
 	// pending are the ids of batch's events the running sync had not
-	// marked processed at the read.
+	// marked processed at the read; places says where each was read.
 	pending map[int64]bool
+	places  map[int64]place
 	read    int
 	last    relay.Position
 	err     error
@@ -289,18 +313,20 @@ func (b *Rebuilder) deliver(ctx context.Context, send func(context.Context) (map
 	}
 }
 
-// readHistory reads one chunk after (xid, id): the events to apply (those
-// still pending included, their ids in pending), how many rows were read,
-// and the position after the last.
-func (b *Rebuilder) readHistory(ctx context.Context, xid string, id int64, tenant *int64) ([]outbox.Message, map[int64]bool, int, relay.Position, error) {
+// readHistory reads one chunk after (xid, id), seen events after the
+// replay's start: the events to apply (those still pending included, their
+// ids in pending), where each was read, how many rows were read, and the
+// position after the last.
+func (b *Rebuilder) readHistory(ctx context.Context, xid string, id, seen int64, tenant *int64) ([]outbox.Message, map[int64]bool, map[int64]place, int, relay.Position, error) {
 	pos := relay.Position{XID: xid, ID: id}
 	rows, err := b.pool.Query(ctx, gsql.Query("OffsetRead"), xid, id, b.cfg.ChunkSize, tenant)
 	if err != nil {
-		return nil, nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
+		return nil, nil, nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
 	}
 	defer rows.Close()
 	var batch []outbox.Message
 	pending := map[int64]bool{}
+	places := map[int64]place{}
 	for rows.Next() {
 		var m outbox.Message
 		var trace pgtype.Text
@@ -308,9 +334,10 @@ func (b *Rebuilder) readHistory(ctx context.Context, xid string, id int64, tenan
 		var processed bool
 		if err := rows.Scan(&m.ID, &m.TenantID, &m.AggregateType, &m.AggregateID, &m.EventType, &m.EventVersion,
 			&m.Payload, &occurred, &m.Attempts, &trace, &pos.XID, &processed); err != nil {
-			return nil, nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
+			return nil, nil, nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
 		}
 		pos.ID = m.ID
+		places[m.ID] = place{xid: pos.XID, id: m.ID, seen: seen + int64(len(batch))}
 		if !processed {
 			pending[m.ID] = true
 		}
@@ -319,7 +346,7 @@ func (b *Rebuilder) readHistory(ctx context.Context, xid string, id int64, tenan
 		batch = append(batch, m)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
+		return nil, nil, nil, 0, pos, fmt.Errorf("read the outbox history: %w", err)
 	}
-	return batch, pending, len(batch), pos, nil
+	return batch, pending, places, len(batch), pos, nil
 }

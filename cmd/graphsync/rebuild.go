@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -245,6 +246,15 @@ func writeRebuildSummary(w io.Writer, tenant int64, res *rebuild.Result) error {
 		fmt.Fprintf(w, "; %d events not applied (first: %s), re-projected from the rows by the sweep", res.NotApplied, res.FirstRejection)
 	}
 	fmt.Fprintln(w)
+	if len(res.GivenUp) > 0 {
+		shown := res.GivenUp[:min(len(res.GivenUp), 10)]
+		more := ""
+		if len(res.GivenUp) > len(shown) {
+			more = fmt.Sprintf(" and %d more", len(res.GivenUp)-len(shown))
+		}
+		fmt.Fprintf(w, "- given up: %d aggregates waited past the replay's wait queue bound; none of their later events were applied (counted above): %s%s\n",
+			len(res.GivenUp), strings.Join(shown, ", "), more)
+	}
 	if len(res.Repaired) == 0 {
 		fmt.Fprintln(w, "- sweep: nothing to repair")
 	}
