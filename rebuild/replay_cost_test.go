@@ -9,7 +9,6 @@ import (
 
 	"graphsync/outbox"
 	"graphsync/projector"
-	gsql "graphsync/sql"
 	"graphsync/workload"
 )
 
@@ -43,13 +42,7 @@ func TestReplayDeliversWaitingEventsOnlyWhenTheyMayApply(t *testing.T) {
 	tenant := writeWorkload(t, pool, driver, workload.Config{Seed: 47, Tenants: 2, Orders: 50, Writers: 2})[0]
 	product := productOfFirstOrder(t, pool, tenant)
 	ids := productEvents(t, pool, tenant, product)
-	reasons := make([]string, len(ids))
-	for i := range reasons {
-		reasons[i] = "moved by the test"
-	}
-	if _, err := pool.Exec(ctx, gsql.Query("OutboxMoveToDLQ"), ids, reasons, nil); err != nil {
-		t.Fatal(err)
-	}
+	deadLetter(t, pool, ids)
 	// As if sync had applied and marked them: pending events the replay
 	// cannot apply are sync's to retry, and not counted.
 	if _, err := pool.Exec(ctx, `UPDATE outbox_messages SET processed_at = now() WHERE tenant_id = $1`, tenant); err != nil {

@@ -8,8 +8,6 @@ import (
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
 	"graphsync/internal/stacktest"
-	"graphsync/relay"
-	gsql "graphsync/sql"
 	"graphsync/workload"
 )
 
@@ -47,21 +45,11 @@ func stopReplayAfter(t *testing.T, env replayEnv, chunkSize int, stopAt int64) {
 // the product dead-lettered the resumed run counted nothing.
 func TestResumedReplayDeliversWhatWaitedWhenItStopped(t *testing.T) {
 	pool, driver := stack(t)
-	ctx := context.Background()
 	tenants := writeWorkload(t, pool, driver, workload.Config{Seed: 43, Tenants: 2, Orders: 60, Writers: 2})
 	tenant := tenants[0]
 	product := productOfFirstOrder(t, pool, tenant)
 	ids := productEvents(t, pool, tenant, product)
-	reasons := make([]string, len(ids))
-	for i := range reasons {
-		reasons[i] = "moved by the test"
-	}
-	if _, err := pool.Exec(ctx, gsql.Query("OutboxMoveToDLQ"), ids, reasons, nil); err != nil {
-		t.Fatal(err)
-	}
-	if back, err := relay.DLQRetry(ctx, pool, tenant, ids); err != nil || len(back) != len(ids) {
-		t.Fatalf("dlq retry of %v: %v (%d back)", ids, err, len(back))
-	}
+	deadLetterAndRetry(t, pool, tenant, ids)
 	// The chunk (of 7) holding the first order naming the product, and
 	// where the product's first event is now in the tenant's history.
 	const chunkSize = 7
@@ -96,9 +84,7 @@ func TestResumedReplayDeliversWhatWaitedWhenItStopped(t *testing.T) {
 
 	// The product dead-lettered for good: the orders naming it never
 	// apply, and a resumed replay counts them as one that ran through does.
-	if _, err := pool.Exec(ctx, gsql.Query("OutboxMoveToDLQ"), ids, reasons, nil); err != nil {
-		t.Fatal(err)
-	}
+	deadLetter(t, pool, ids)
 	stacktest.CleanGraph(t, driver, tenant)
 	whole := rebuildScope(t, pool, driver, Config{TenantID: tenant, Source: SourceReplay, ChunkSize: chunkSize})
 	if whole.NotApplied == 0 {

@@ -42,6 +42,30 @@ func productEvents(t *testing.T, pool *pgxpool.Pool, tenant, product int64) []in
 	return ids
 }
 
+// deadLetter moves the events ids to the DLQ, as the relay does with an
+// event it gives up on.
+func deadLetter(t *testing.T, pool *pgxpool.Pool, ids []int64) {
+	t.Helper()
+	reasons := make([]string, len(ids))
+	for i := range reasons {
+		reasons[i] = "moved by the test"
+	}
+	if _, err := pool.Exec(context.Background(), gsql.Query("OutboxMoveToDLQ"), ids, reasons, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deadLetterAndRetry moves the events ids to the DLQ and back (`dlq retry`),
+// which gives them a new created_xid: they come after every event written
+// before the retry.
+func deadLetterAndRetry(t *testing.T, pool *pgxpool.Pool, tenant int64, ids []int64) {
+	t.Helper()
+	deadLetter(t, pool, ids)
+	if back, err := relay.DLQRetry(context.Background(), pool, tenant, ids); err != nil || len(back) != len(ids) {
+		t.Fatalf("dlq retry of %v: %v (%d back)", ids, err, len(back))
+	}
+}
+
 // An event that comes before what it needs in the history's order waits
 // within the replay and applies once that is written, as sync defers it:
 // here every event of a product that orders name went to the DLQ and back
@@ -51,20 +75,10 @@ func productEvents(t *testing.T, pool *pgxpool.Pool, tenant, product int64) []in
 // the orders were counted as not applied and left to the sweep.
 func TestReplayAppliesEventsThatComeBeforeWhatTheyNeed(t *testing.T) {
 	pool, driver := stack(t)
-	ctx := context.Background()
 	tenant := writeWorkload(t, pool, driver, workload.Config{Seed: 31, Tenants: 1, Orders: 40, Writers: 1})[0]
 	product := productOfFirstOrder(t, pool, tenant)
 	ids := productEvents(t, pool, tenant, product)
-	reasons := make([]string, len(ids))
-	for i := range reasons {
-		reasons[i] = "moved by the test"
-	}
-	if _, err := pool.Exec(ctx, gsql.Query("OutboxMoveToDLQ"), ids, reasons, nil); err != nil {
-		t.Fatal(err)
-	}
-	if back, err := relay.DLQRetry(ctx, pool, tenant, ids); err != nil || len(back) != len(ids) {
-		t.Fatalf("dlq retry of %v: %v (%d back)", ids, err, len(back))
-	}
+	deadLetterAndRetry(t, pool, tenant, ids)
 	if n := count(t, pool, `SELECT count(*) FROM outbox_messages o WHERE tenant_id = $1 AND event_type = 'OrderPlaced'
 		AND payload->'lines' @> jsonb_build_array(jsonb_build_object('product_id', $2::bigint))
 		AND created_xid < (SELECT min(created_xid) FROM outbox_messages WHERE id = ANY($3))`, tenant, product, ids); n == 0 {
@@ -150,9 +164,7 @@ func TestRebuildRepairsEdgesAPendingEventDoesNotWrite(t *testing.T) {
 	tenant := writeWorkload(t, pool, driver, workload.Config{Seed: 41, Tenants: 1, Orders: 30, Writers: 1})[0]
 	order := count(t, pool, `SELECT aggregate_id FROM outbox_messages WHERE tenant_id = $1 AND event_type = 'OrderConfirmed' ORDER BY id LIMIT 1`, tenant)
 	placed := count(t, pool, `SELECT id FROM outbox_messages WHERE tenant_id = $1 AND event_type = 'OrderPlaced' AND aggregate_id = $2`, tenant, order)
-	if _, err := pool.Exec(ctx, gsql.Query("OutboxMoveToDLQ"), []int64{placed}, []string{"moved by the test"}, nil); err != nil {
-		t.Fatal(err)
-	}
+	deadLetter(t, pool, []int64{placed})
 	// Sync applied and marked everything but the order's later events.
 	if _, err := pool.Exec(ctx, `UPDATE outbox_messages SET processed_at = now()
 		WHERE tenant_id = $1 AND NOT (aggregate_type = 'Order' AND aggregate_id = $2)`, tenant, order); err != nil {
