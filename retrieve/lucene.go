@@ -17,10 +17,11 @@ const MaxQuestionTerms = 64
 // text holds and would only make the query large.
 const maxTermRunes = 64
 
-// ErrNoSearchTerms is returned for a question with no letter or digit in it
-// by lexical retrieval, and for a blank one by every mode (vector and
-// hybrid retrieval embed a question without words).
-var ErrNoSearchTerms = errors.New("the question has no words to search for (letters or digits)")
+// ErrNoSearchTerms is returned for a question Askable refuses: one with no
+// letter or digit for lexical retrieval, one with no letter, digit or
+// symbol such as an emoji for vector and hybrid retrieval (punctuation,
+// white space or personal data alone).
+var ErrNoSearchTerms = errors.New("the question has nothing to search for: no letters or digits (vector and hybrid retrieval also take symbols such as emoji)")
 
 // luceneSpecial are the characters Lucene's classic query parser gives a
 // meaning; a term holding one is escaped with a backslash.

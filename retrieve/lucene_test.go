@@ -67,3 +67,29 @@ func TestQuestionTermsStayWithinTheBudget(t *testing.T) {
 		}
 	}
 }
+
+// One rule says which questions each mode can search for: words for all,
+// symbols with a meaning (emoji) for vector and hybrid, and punctuation,
+// white space or personal data alone for none.
+func TestAskable(t *testing.T) {
+	for _, c := range []struct {
+		question              string
+		lexical, vectorHybrid bool
+	}{
+		{"kettle", true, true},
+		{"电水壶", true, true},
+		{"☕ ⚡ 🔥 💧 ?", false, true},
+		{"?!*", false, false},
+		{`"*~ ?`, false, false},
+		{" \t\n", false, false},
+		{"", false, false},
+		{"ada@example.org", false, false},
+		{"ada@example.org ☕", false, true},
+	} {
+		for mode, want := range map[Retrieval]bool{RetrievalLexical: c.lexical, RetrievalVector: c.vectorHybrid, RetrievalHybrid: c.vectorHybrid} {
+			if got := Askable(c.question, mode); got != want {
+				t.Errorf("Askable(%q, %s) = %t, want %t", c.question, mode, got, want)
+			}
+		}
+	}
+}

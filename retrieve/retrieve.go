@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
@@ -229,10 +230,13 @@ type Result struct {
 // projection masks them), and the query is repeated to the caller
 // (Result.LuceneQuery, the JSON's query_text), which must not echo them.
 func (r *Retriever) Retrieve(ctx context.Context, tenantID int64, question string) (*Result, error) {
+	if !Askable(question, r.cfg.Retrieval) {
+		return nil, ErrNoSearchTerms
+	}
 	query, err := LuceneQuery(graphmodel.StripPersonalData(question))
-	if errors.Is(err, ErrNoSearchTerms) && r.cfg.Retrieval != RetrievalLexical && strings.TrimSpace(embeddableQuestion(question)) != "" {
-		// No word the fulltext index keeps (emoji, punctuation), yet
-		// something the model can embed: the vector ranking alone answers.
+	if errors.Is(err, ErrNoSearchTerms) {
+		// No word the fulltext index keeps, yet symbols the model can
+		// embed (Askable): the vector ranking alone answers.
 		query, err = "", nil
 	}
 	if err != nil {
@@ -333,6 +337,20 @@ func (r *Retriever) checkTenant(ctx context.Context, tx neo4j.ManagedTransaction
 		return ErrUnknownTenant
 	}
 	return nil
+}
+
+// Askable reports whether retrieval mode can search for question, the one
+// rule the context command, the MCP server and Retrieve apply: lexical
+// retrieval needs a word (QuestionTerms); vector and hybrid retrieval also
+// take a question of symbols with a meaning (emoji such as ☕, category
+// So), which the model embeds and the vector ranking alone answers.
+// Punctuation, white space and personal data alone are no question.
+func Askable(question string, mode Retrieval) bool {
+	q := graphmodel.StripPersonalData(question)
+	if len(QuestionTerms(q)) > 0 {
+		return true
+	}
+	return mode != RetrievalLexical && strings.ContainsFunc(q, func(r rune) bool { return unicode.Is(unicode.So, r) })
 }
 
 // fulltextSeedQuery finds a tenant's best matches in one fulltext index.

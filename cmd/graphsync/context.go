@@ -135,7 +135,7 @@ func runContext(ctx context.Context, args []string) error {
 		defer cfg.Embedder.Close()
 	}
 	question := strings.Join(words, " ")
-	if len(retrieve.QuestionTerms(question)) == 0 {
+	if !retrieve.Askable(question, cfg.Retrieval) {
 		return usageError{"give a question with at least one word, e.g. graphsync context --tenant 1 \"wireless speaker\""}
 	}
 	// --tenant may come from GRAPHSYNC_TENANT, set for another command:
