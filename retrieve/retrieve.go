@@ -230,10 +230,11 @@ type Result struct {
 // projection masks them), and the query is repeated to the caller
 // (Result.LuceneQuery, the JSON's query_text), which must not echo them.
 func (r *Retriever) Retrieve(ctx context.Context, tenantID int64, question string) (*Result, error) {
-	if !Askable(question, r.cfg.Retrieval) {
+	stripped := graphmodel.StripPersonalData(question)
+	if !askable(stripped, r.cfg.Retrieval) {
 		return nil, ErrNoSearchTerms
 	}
-	query, err := LuceneQuery(graphmodel.StripPersonalData(question))
+	query, err := LuceneQuery(stripped)
 	if errors.Is(err, ErrNoSearchTerms) {
 		// No word the fulltext index keeps, yet symbols the model can
 		// embed (Askable): the vector ranking alone answers.
@@ -346,7 +347,11 @@ func (r *Retriever) checkTenant(ctx context.Context, tx neo4j.ManagedTransaction
 // So), which the model embeds and the vector ranking alone answers.
 // Punctuation, white space and personal data alone are no question.
 func Askable(question string, mode Retrieval) bool {
-	q := graphmodel.StripPersonalData(question)
+	return askable(graphmodel.StripPersonalData(question), mode)
+}
+
+// askable is Askable of a question with its personal data taken out.
+func askable(q string, mode Retrieval) bool {
 	if len(QuestionTerms(q)) > 0 {
 		return true
 	}
