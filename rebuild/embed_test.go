@@ -29,6 +29,17 @@ func (c *countingEmbedder) Embed(ctx context.Context, texts []string) ([][]float
 	return c.Embedder.Embed(ctx, texts)
 }
 
+// openModel opens the default embedding model, closed when the test ends.
+func openModel(t *testing.T) embed.Embedder {
+	t.Helper()
+	model, err := embed.Open(embed.Config{})
+	if err != nil {
+		t.Fatalf("open the embedding model (make model fetches it): %v", err)
+	}
+	t.Cleanup(func() { model.Close() })
+	return model
+}
+
 // A rebuild with vectors, by snapshot then by replay, into an emptied
 // graph: every product gets the vector of its text, drift (vectors
 // included) is zero, and the second rebuild takes every vector from the
@@ -36,11 +47,7 @@ func (c *countingEmbedder) Embed(ctx context.Context, texts []string) ([][]float
 func TestRebuildWritesVectorsFromTheCache(t *testing.T) {
 	pool, driver := stack(t)
 	ctx := context.Background()
-	model, err := embed.Open(embed.Config{})
-	if err != nil {
-		t.Fatalf("open the embedding model (make model fetches it): %v", err)
-	}
-	t.Cleanup(func() { model.Close() })
+	model := openModel(t)
 	emb := &countingEmbedder{Embedder: model}
 	startSync(t, pool, driver, "sync-vectors")
 	tenant := writeWorkload(t, pool, driver, workload.Config{Seed: 31, Tenants: 1, Orders: 30, Writers: 1})[0]
@@ -125,11 +132,7 @@ func (r *refusingEmbedder) Embed(ctx context.Context, texts []string) ([][]float
 func TestRebuildSkipsATextTheEmbedderRefuses(t *testing.T) {
 	pool, driver := stack(t)
 	ctx := context.Background()
-	model, err := embed.Open(embed.Config{})
-	if err != nil {
-		t.Fatalf("open the embedding model (make model fetches it): %v", err)
-	}
-	t.Cleanup(func() { model.Close() })
+	model := openModel(t)
 	startSync(t, pool, driver, "sync-refused")
 	tenant := writeWorkload(t, pool, driver, workload.Config{Seed: 37, Tenants: 1, Orders: 20, Writers: 1})[0]
 	waitCaughtUp(t, pool)
