@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -38,7 +39,7 @@ func newSessionCap(srv *mcp.Server, max int, timeout string) *sessionCap {
 // serve passes r to next, unless it would open a session past the token's
 // cap: then 429 with a JSON-RPC error saying what to do.
 func (c *sessionCap) serve(w http.ResponseWriter, r *http.Request, tokenID string, next http.Handler) {
-	if r.Method != http.MethodPost || r.Header.Get(sessionHeader) != "" {
+	if r.Method != http.MethodPost || r.Header.Get(sessionHeader) != "" || !isInitialize(r) {
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -53,9 +54,55 @@ func (c *sessionCap) serve(w http.ResponseWriter, r *http.Request, tokenID strin
 	var id string
 	defer func() { c.release(tokenID, id) }()
 	next.ServeHTTP(w, r)
-	// The SDK set the new session's id on the response, if it opened one
-	// (an initialize that failed opens none, or closes it again).
-	id = w.Header().Get(sessionHeader)
+	// The SDK set the new session's id on the response, if it opened one.
+	// An initialize that failed opens one too, closes it again and lists
+	// it until a goroutine of its own has run: only a session that was
+	// initialized takes a place.
+	if opened := w.Header().Get(sessionHeader); opened != "" && c.initialized(opened) {
+		id = opened
+	}
+}
+
+// initializeHead is how much of a first POST's body isInitialize reads:
+// an initialize request is a few hundred bytes.
+const initializeHead = 64 << 10
+
+// isInitialize reports whether r's body is a JSON-RPC initialize request,
+// leaving the body to be read whole after. Only an initialize opens a
+// session that stays: the SDK answers any other first POST (a 2026-07-28
+// client's server/discover probe) in a session it closes at once, so such
+// a request takes no place, not even while in flight. A body longer than
+// initializeHead counts as an initialize.
+func isInitialize(r *http.Request) bool {
+	if r.Body == nil {
+		return false
+	}
+	head, err := io.ReadAll(io.LimitReader(r.Body, initializeHead+1))
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
+	if err != nil || len(head) > initializeHead {
+		return true
+	}
+	var msg struct {
+		Method string `json:"method"`
+	}
+	if json.Unmarshal(head, &msg) != nil {
+		return true // the SDK answers it; counted as an opening meanwhile
+	}
+	return msg.Method == "initialize"
+}
+
+// initialized reports whether the MCP server lists session id as
+// initialized.
+func (c *sessionCap) initialized(id string) bool {
+	for ss := range c.srv.Sessions() {
+		if ss.ID() == id {
+			return ss.InitializeParams() != nil
+		}
+	}
+	return false
 }
 
 // reserve counts an opening in flight for tokenID when the token's live
