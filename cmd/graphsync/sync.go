@@ -272,7 +272,8 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) (err error) {
 		return usageError{err.Error()}
 	}
 	if neo4jErr == nil {
-		warmUp(ctx, sink, log)
+		stopWarmUp := warmUp(ctx, sink.WarmUp, warmUpWait, log)
+		defer stopWarmUp() // before the sink and the driver close
 	}
 	if f.relay.Wake == relay.WakeNotify && f.notifyTrigger {
 		if err := relay.NotifyTriggerEnable(ctx, pgPool, rel.Config().NotifyChannel); err != nil {
@@ -451,16 +452,46 @@ func (r readiness) check(ctx context.Context) []string {
 	return problems
 }
 
+// warmUpWait is how long sync waits for Neo4j to plan the projector's
+// statements before it starts relaying: planning takes about a second on
+// a quiet machine. On a busy one (16 s and more were seen with three test
+// suites beside two busy loops) the service starts all the same, and the
+// planning goes on beside the first batches, which would otherwise wait
+// for it and delay /readyz by up to warmUpTimeout.
+const warmUpWait = 5 * time.Second
+
+// warmUpTimeout bounds the planning itself.
+const warmUpTimeout = 30 * time.Second
+
 // warmUp has Neo4j plan the projector's statements before the first batch
-// (projector.WarmUp). It is worth a second at most: a failure is logged
-// and the service starts all the same, its first batches paying instead.
-func warmUp(ctx context.Context, sink *projector.Projector, log *zap.Logger) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	start := time.Now()
-	if err := sink.WarmUp(ctx); err != nil {
-		log.Warn("Neo4j did not plan the statements ahead; the first batches will", zap.String("error", redact.ErrorText(err.Error())))
-		return
+// (plan is projector.WarmUp) and waits for it at most wait. It is worth a
+// second at most: a failure is logged and the service starts all the same,
+// its first batches paying instead. The returned func stops a planning
+// still under way and waits for it to end.
+func warmUp(ctx context.Context, plan func(context.Context) error, wait time.Duration, log *zap.Logger) (stop func()) {
+	ctx, cancel := context.WithTimeout(ctx, warmUpTimeout)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		start := time.Now()
+		if err := plan(ctx); err != nil {
+			if !errors.Is(ctx.Err(), context.Canceled) { // not stopped
+				log.Warn("Neo4j did not plan the statements ahead; the first batches will", zap.String("error", redact.ErrorText(err.Error())))
+			}
+			return
+		}
+		log.Info("Neo4j planned the projector's statements", zap.Duration("took", time.Since(start)))
+	}()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	case <-timer.C:
+		log.Info("Neo4j is still planning the projector's statements; relaying beside it", zap.Duration("waited", wait))
 	}
-	log.Info("Neo4j planned the projector's statements", zap.Duration("took", time.Since(start)))
+	return func() {
+		cancel()
+		<-done
+	}
 }
