@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -50,7 +51,17 @@ type streamSession struct {
 	confirmed    pglogrepl.LSN // highest LSN safe to confirm
 	inflight     int           // pushed batches not yet done
 	lastProgress time.Time
+	// failures is the relay's count of failed stream passes at
+	// lastProgress.
+	failures int64
+	// streamFailures is the relay's count (Relay.streamFailures).
+	streamFailures *atomic.Int64
 }
+
+// slowPassBound is how many stall timeouts a pass that has not failed may
+// take before the stream lets go all the same (a pass that hangs without
+// an error): 60 s at the default stall timeout, Neo4j's transaction bound.
+const slowPassBound = 6
 
 func newStreamer(ctx context.Context, r *Relay, out chan<- streamBatch) (*streamer, error) {
 	// A server that cannot stream is a configuration error: say so at start.
@@ -291,11 +302,24 @@ func (s *streamer) follow(ctx context.Context) (established bool, err error) {
 func (s *streamer) stream(ctx context.Context, conn *pgconn.PgConn) error {
 	s.log.Info("streaming outbox inserts")
 
-	session := &streamSession{lastProgress: time.Now()}
+	session := &streamSession{lastProgress: time.Now(), streamFailures: &s.r.streamFailures}
+	session.failures = session.streamFailures.Load()
+	// Stalled: transactions in flight and no progress for StreamStallTimeout
+	// while the passes fail (PostgreSQL shutting down, the sink down). A
+	// pass that is only slow (a loaded Neo4j, one that has just started)
+	// is no stall: letting go would have the server decode the same
+	// transactions again behind the same slow pass, and on a machine slow
+	// enough the slot never moved. It may take slowPassBound stall
+	// timeouts.
 	stalled := func() bool {
 		session.mu.Lock()
 		defer session.mu.Unlock()
-		return session.inflight > 0 && time.Since(session.lastProgress) > s.r.cfg.StreamStallTimeout
+		if session.inflight == 0 {
+			return false
+		}
+		quiet := time.Since(session.lastProgress)
+		failing := session.streamFailures.Load() != session.failures
+		return quiet > s.r.cfg.StreamStallTimeout && (failing || quiet > slowPassBound*s.r.cfg.StreamStallTimeout)
 	}
 	var (
 		outboxRelation uint32
@@ -452,7 +476,7 @@ func (s *streamSession) pushing() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.inflight == 0 {
-		s.lastProgress = time.Now()
+		s.madeProgress()
 	}
 	s.inflight++
 }
@@ -463,7 +487,7 @@ func (s *streamSession) handled(end pglogrepl.LSN) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inflight--
-	s.lastProgress = time.Now()
+	s.madeProgress()
 	if end > s.confirmed {
 		s.confirmed = end
 	}
@@ -474,7 +498,13 @@ func (s *streamSession) handled(end pglogrepl.LSN) {
 func (s *streamSession) progressed() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.madeProgress()
+}
+
+// madeProgress starts the stall clock again (s.mu held).
+func (s *streamSession) madeProgress() {
 	s.lastProgress = time.Now()
+	s.failures = s.streamFailures.Load()
 }
 
 // advanceIdle confirms up to lsn when nothing is in flight.
