@@ -106,8 +106,7 @@ type Config struct {
 	StandbyStatusInterval time.Duration
 	// StreamStallTimeout is how long the stream mode keeps a replication
 	// connection whose transactions cannot be delivered (PostgreSQL or the
-	// sink down) before it lets go and reconnects later. A delivery that is
-	// slow but does not fail may take six times as long. Default: 10s.
+	// sink down) before it lets go and reconnects later. Default: 10s.
 	StreamStallTimeout time.Duration
 }
 

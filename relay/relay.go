@@ -25,9 +25,6 @@ type Relay struct {
 	metrics *Metrics
 	health  *health
 	stats   *statistics
-	// streamFailures counts the stream passes that failed (the sink or
-	// PostgreSQL unavailable): what tells a stalled stream from a slow one.
-	streamFailures atomic.Int64
 }
 
 // worker is one claim-deliver loop, named relay id + "/" + index. Each of
@@ -511,7 +508,6 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 		})
 		if err != nil {
 			left = slices.Concat(chunk, restOfLeft) // the same chunk again
-			r.streamFailures.Add(1)
 			r.waitAfter(ctx, err, backoff)
 			continue
 		}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -51,17 +50,7 @@ type streamSession struct {
 	confirmed    pglogrepl.LSN // highest LSN safe to confirm
 	inflight     int           // pushed batches not yet done
 	lastProgress time.Time
-	// failures is the relay's count of failed stream passes at
-	// lastProgress.
-	failures int64
-	// streamFailures is the relay's count (Relay.streamFailures).
-	streamFailures *atomic.Int64
 }
-
-// slowPassBound is how many stall timeouts a pass that has not failed may
-// take before the stream lets go all the same (a pass that hangs without
-// an error): 60 s at the default stall timeout, Neo4j's transaction bound.
-const slowPassBound = 6
 
 func newStreamer(ctx context.Context, r *Relay, out chan<- streamBatch) (*streamer, error) {
 	// A server that cannot stream is a configuration error: say so at start.
@@ -302,24 +291,11 @@ func (s *streamer) follow(ctx context.Context) (established bool, err error) {
 func (s *streamer) stream(ctx context.Context, conn *pgconn.PgConn) error {
 	s.log.Info("streaming outbox inserts")
 
-	session := &streamSession{lastProgress: time.Now(), streamFailures: &s.r.streamFailures}
-	session.failures = session.streamFailures.Load()
-	// Stalled: transactions in flight and no progress for StreamStallTimeout
-	// while the passes fail (PostgreSQL shutting down, the sink down). A
-	// pass that is only slow (a loaded Neo4j, one that has just started)
-	// is no stall: letting go would have the server decode the same
-	// transactions again behind the same slow pass, and on a machine slow
-	// enough the slot never moved. It may take slowPassBound stall
-	// timeouts.
+	session := &streamSession{lastProgress: time.Now()}
 	stalled := func() bool {
 		session.mu.Lock()
 		defer session.mu.Unlock()
-		if session.inflight == 0 {
-			return false
-		}
-		quiet := time.Since(session.lastProgress)
-		failing := session.streamFailures.Load() != session.failures
-		return quiet > s.r.cfg.StreamStallTimeout && (failing || quiet > slowPassBound*s.r.cfg.StreamStallTimeout)
+		return session.inflight > 0 && time.Since(session.lastProgress) > s.r.cfg.StreamStallTimeout
 	}
 	var (
 		outboxRelation uint32
@@ -476,7 +452,7 @@ func (s *streamSession) pushing() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.inflight == 0 {
-		s.madeProgress()
+		s.lastProgress = time.Now()
 	}
 	s.inflight++
 }
@@ -487,7 +463,7 @@ func (s *streamSession) handled(end pglogrepl.LSN) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inflight--
-	s.madeProgress()
+	s.lastProgress = time.Now()
 	if end > s.confirmed {
 		s.confirmed = end
 	}
@@ -498,13 +474,7 @@ func (s *streamSession) handled(end pglogrepl.LSN) {
 func (s *streamSession) progressed() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.madeProgress()
-}
-
-// madeProgress starts the stall clock again (s.mu held).
-func (s *streamSession) madeProgress() {
 	s.lastProgress = time.Now()
-	s.failures = s.streamFailures.Load()
 }
 
 // advanceIdle confirms up to lsn when nothing is in flight.

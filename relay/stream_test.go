@@ -575,35 +575,3 @@ func TestRunStoppedWhilePreparingIsNoFailure(t *testing.T) {
 		t.Errorf("Run after a stop: %v, want nil", err)
 	}
 }
-
-// A pass that is slow but does not fail (a loaded Neo4j, or one that has
-// just started, planning every statement) is no stall, even when one chunk
-// takes longer than StreamStallTimeout: the stream keeps its connection.
-// It used to let go, the server decoded the same transactions again behind
-// the same slow pass, and on a machine slow enough the slot never moved
-// (an e2e chaos run at load 19 after a Neo4j restart).
-func TestStreamKeepsItsConnectionThroughASlowChunk(t *testing.T) {
-	h := newHarness(t, WakeStream)
-	sink := newRecordingSink()
-	sink.hold = func(ctx context.Context, batch []outbox.Message) {
-		select { // one chunk that takes three stall timeouts
-		case <-ctx.Done():
-		case <-time.After(1500 * time.Millisecond):
-		}
-	}
-	cfg := streamOnlyConfig(h, "relay-slow-chunk")
-	cfg.StreamStallTimeout = 500 * time.Millisecond
-	h.start(sink, cfg)
-	activePID := h.walsenderPID
-	eventually(t, 10*time.Second, "the stream connected", func() bool { return activePID() != 0 })
-	first := activePID()
-	ids := h.insertTogether(event{1, "Order", 1, "OrderPlaced", `{}`}, event{2, "Product", 1, "ProductCreated", `{}`})
-	mark := h.currentLSN()
-	eventually(t, 30*time.Second, "the slow chunk delivered and its transaction confirmed", func() bool {
-		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = ANY($1) AND processed_at IS NOT NULL`, ids) == int64(len(ids)) &&
-			h.lsnAtLeast(mark)
-	})
-	if pid := activePID(); pid != first {
-		t.Errorf("the stream let go during a slow pass that did not fail (walsender pid %d, then %d)", first, pid)
-	}
-}

@@ -65,7 +65,7 @@ func (f *syncFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.relay.DrainTimeout, "drain-timeout", d.DrainTimeout, "on SIGTERM, how long to let the batch in flight finish")
 	fs.DurationVar(&f.relay.SinkBackoff, "sink-backoff", d.SinkBackoff, "first wait after Neo4j could not take a batch; doubles each time")
 	fs.DurationVar(&f.relay.SinkBackoffMax, "sink-backoff-max", d.SinkBackoffMax, "longest wait between tries while Neo4j is unavailable")
-	fs.DurationVar(&f.relay.StreamStallTimeout, "stream-stall-timeout", d.StreamStallTimeout, "stream mode: let go of a replication connection whose transactions cannot be delivered for this long while deliveries fail (a slow delivery that does not fail: six times this long)")
+	fs.DurationVar(&f.relay.StreamStallTimeout, "stream-stall-timeout", d.StreamStallTimeout, "stream mode: let go of a replication connection whose transactions cannot be delivered for this long")
 	fs.StringVar(&f.relay.NotifyChannel, "notify-channel", d.NotifyChannel, "notify mode's LISTEN channel (and the channel the trigger is installed with)")
 	fs.DurationVar(&f.relay.DependencyWait, "dependency-wait", d.DependencyWait, "how long an event waiting for another aggregate's events (an order whose product is not projected yet) is handed back, uncounted, the first time")
 	fs.DurationVar(&f.relay.DependencyWaitMax, "dependency-wait-max", 0, "the longest such wait: it doubles while the event keeps waiting (0: 1m, or --dependency-wait if longer)")
