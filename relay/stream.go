@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -33,6 +34,8 @@ type streamer struct {
 	out    chan<- streamBatch
 	log    *zap.Logger
 	config *pgconn.Config
+	// current is the session of the open replication connection, if any.
+	current atomic.Pointer[streamSession]
 }
 
 // errStreamStalled ends a replication connection whose transactions could
@@ -50,6 +53,7 @@ type streamSession struct {
 	confirmed    pglogrepl.LSN // highest LSN safe to confirm
 	inflight     int           // pushed batches not yet done
 	lastProgress time.Time
+	closed       bool // the connection is gone: its batches are not delivered
 }
 
 func newStreamer(ctx context.Context, r *Relay, out chan<- streamBatch) (*streamer, error) {
@@ -292,6 +296,11 @@ func (s *streamer) stream(ctx context.Context, conn *pgconn.PgConn) error {
 	s.log.Info("streaming outbox inserts")
 
 	session := &streamSession{lastProgress: time.Now()}
+	s.current.Store(session)
+	defer func() {
+		s.current.CompareAndSwap(session, nil)
+		session.close()
+	}()
 	stalled := func() bool {
 		session.mu.Lock()
 		defer session.mu.Unlock()
@@ -433,7 +442,7 @@ func (s *streamer) stream(ctx context.Context, conn *pgconn.PgConn) error {
 					continue
 				}
 				session.pushing()
-				if err := push(streamBatch{ids: txIDs, done: func() { session.handled(end) }, progress: session.progressed}); err != nil {
+				if err := push(streamBatch{ids: txIDs, done: func() { session.handled(end) }, progress: s.progressed, live: session.isLive}); err != nil {
 					session.mu.Lock()
 					session.inflight-- // never handed over
 					session.mu.Unlock()
@@ -469,12 +478,38 @@ func (s *streamSession) handled(end pglogrepl.LSN) {
 	}
 }
 
-// progressed records that a batch in flight moved on (a chunk of a large
-// transaction went through): the stall clock starts again.
+// progressed records that the stream worker moved on (a chunk went
+// through), whichever connection named its rows: the open connection's
+// stall clock starts again. A chunk of a connection gone, finishing while
+// the new connection's first transactions wait behind it, is progress too:
+// the sink delivers. Counting only a connection's own batches made a slow
+// sink look stalled to every new connection, which let go before its own
+// batches came up, again and again, while the slot never moved.
+func (s *streamer) progressed() {
+	if session := s.current.Load(); session != nil {
+		session.progressed()
+	}
+}
+
+// progressed starts the session's stall clock again.
 func (s *streamSession) progressed() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lastProgress = time.Now()
+}
+
+// close marks the session's connection gone.
+func (s *streamSession) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+}
+
+// isLive reports whether the session's connection is still open.
+func (s *streamSession) isLive() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.closed
 }
 
 // advanceIdle confirms up to lsn when nothing is in flight.

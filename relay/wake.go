@@ -18,10 +18,19 @@ import (
 type streamBatch struct {
 	ids  []int64
 	done func()
-	// progress says a chunk of the batch went through: a pass over a large
-	// transaction that moves is no stall, however long it takes.
+	// progress says a chunk went through: a pass over a large transaction
+	// that moves is no stall, however long it takes.
 	progress func()
+	// live reports whether the replication connection that named the rows
+	// is still open. A batch of a connection gone is not delivered: the
+	// next connection names its rows again (nothing confirmed them), and
+	// the worker would otherwise spend the new connection's stall clock on
+	// the old one's backlog (see streamPass).
+	live func() bool
 }
+
+// isLive: a batch without a live func (tests) counts as live.
+func (b streamBatch) isLive() bool { return b.live == nil || b.live() }
 
 // waker tells workers when to claim. Every mode broadcasts "look for due rows"
 // on a timer (the poll, or the safety net of the other modes); notify adds
