@@ -446,12 +446,13 @@ func (r *worker) gatherStream(first streamBatch, stream <-chan streamBatch) []st
 // streamPass delivers the rows the stream named, retrying while the sink or
 // PostgreSQL is unavailable, and only then lets the stream confirm them.
 //
-// Batches of a replication connection gone are skipped, and a pass stops
-// between chunks once none of its batches is live: nothing confirmed their
-// rows, so the next connection names them again, and its stall clock must
-// not run while the worker delivers the old connection's backlog (run at
-// load 19, every new connection let go before its first transaction came
-// up, and the slot did not move for minutes).
+// Batches of a replication connection gone are skipped: nothing confirmed
+// their rows, so the next connection names them again, and its own
+// transactions must not wait behind the old connection's backlog (at load
+// 19, every new connection let go before its first transaction came up, and
+// the slot did not move for minutes). A pass already running finishes: its
+// chunks are progress for the connection open now (streamer.progressed),
+// and the rows it delivers are found marked when they come again.
 func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff *backoff) {
 	batches = slices.DeleteFunc(batches, func(b streamBatch) bool { return !b.isLive() })
 	if len(batches) == 0 {
@@ -473,9 +474,6 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 	byteLimit := 0 // set once the byte bound ended a claim
 	dropped := false
 	for (len(left) > 0 || next < len(ids)) && ctx.Err() == nil {
-		if !slices.ContainsFunc(batches, streamBatch.isLive) {
-			return // its connection is gone: the next one names the rows again
-		}
 		limit := r.limit
 		if limit >= r.cfg.BatchSize {
 			limit = r.cfg.BacklogBatchSize // what was gathered is a backlog already

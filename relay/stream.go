@@ -53,7 +53,7 @@ type streamSession struct {
 	confirmed    pglogrepl.LSN // highest LSN safe to confirm
 	inflight     int           // pushed batches not yet done
 	lastProgress time.Time
-	closed       bool // the connection is gone: its batches are not delivered
+	closed       bool // the connection is gone: its queued batches are skipped
 }
 
 func newStreamer(ctx context.Context, r *Relay, out chan<- streamBatch) (*streamer, error) {

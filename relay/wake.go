@@ -22,10 +22,9 @@ type streamBatch struct {
 	// that moves is no stall, however long it takes.
 	progress func()
 	// live reports whether the replication connection that named the rows
-	// is still open. A batch of a connection gone is not delivered: the
-	// next connection names its rows again (nothing confirmed them), and
-	// the worker would otherwise spend the new connection's stall clock on
-	// the old one's backlog (see streamPass).
+	// is still open. A queued batch of a connection gone is not delivered:
+	// the next connection names its rows again (nothing confirmed them),
+	// and they must not wait behind the old backlog (see streamPass).
 	live func() bool
 }
 
