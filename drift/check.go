@@ -37,11 +37,24 @@ type Checker struct {
 	beforeRepair func()
 }
 
+// MinPoolConns is how many connections a check holds at once: its
+// snapshot and a read beside it.
+const MinPoolConns = 2
+
 // New returns a Checker, or an error naming the setting that is wrong.
 func New(pool *pgxpool.Pool, driver neo4j.DriverWithContext, cfg Config, log *zap.Logger) (*Checker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("drift config: %w", err)
+	}
+	if pool == nil || driver == nil {
+		return nil, errors.New("drift: a PostgreSQL pool and a Neo4j driver are required")
+	}
+	// The first pass holds a snapshot on one connection and reads the
+	// pending events beside it on another: a smaller pool would wait for
+	// itself for ever.
+	if n := pool.Config().MaxConns; n < MinPoolConns {
+		return nil, fmt.Errorf("drift: the PostgreSQL pool allows %d connections; a check needs at least %d at once (a snapshot and a read beside it)", n, MinPoolConns)
 	}
 	if log == nil {
 		log = zap.NewNop()

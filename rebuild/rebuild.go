@@ -62,11 +62,25 @@ type Rebuilder struct {
 	checker *drift.Checker
 }
 
+// MinPoolConns is how many connections a rebuild holds at once: its
+// scope's lock, a snapshot (the base's, or the sweep's drift check) and a
+// read beside them. Rebuilds that share a pool need this many each.
+const MinPoolConns = 3
+
 // New returns a Rebuilder, or an error naming the setting that is wrong.
 func New(pool *pgxpool.Pool, driver neo4j.DriverWithContext, cfg Config, log *zap.Logger) (*Rebuilder, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("rebuild config: %w", err)
+	}
+	if pool == nil || driver == nil {
+		return nil, errors.New("rebuild: a PostgreSQL pool and a Neo4j driver are required")
+	}
+	// A rebuild holds its scope's lock on one connection and, in the sweep,
+	// drift's snapshot on another while it reads beside them: a smaller
+	// pool would wait for itself for ever.
+	if n := pool.Config().MaxConns; n < MinPoolConns {
+		return nil, fmt.Errorf("rebuild: the PostgreSQL pool allows %d connections; a rebuild needs at least %d at once (its lock, a snapshot, a read beside them)", n, MinPoolConns)
 	}
 	if log == nil {
 		log = zap.NewNop()

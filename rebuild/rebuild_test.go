@@ -20,6 +20,7 @@ import (
 	"graphsync/internal/stacktest"
 	"graphsync/outbox"
 	"graphsync/pipelinetest"
+	"graphsync/drift"
 	"graphsync/projector"
 	"graphsync/relay"
 	gsql "graphsync/sql"
@@ -95,7 +96,20 @@ func awaitTransactionsWait(t *testing.T, pool *pgxpool.Pool, done <-chan scopeOu
 }
 
 // runScope is rebuildScope for a goroutine: it returns its error.
-func runScope(ctx context.Context, t *testing.T, pool *pgxpool.Pool, driver neo4j.DriverWithContext, cfg Config) (*Result, error) {
+//
+// The rebuild gets a pool of its own, sized as `graphsync rebuild` sizes
+// it, as the process it stands for would have: rebuilds and syncs sharing
+// the test's small pool waited for one another's connections for ever (two
+// rebuilds under load each held their lock and drift's snapshot, four
+// connections, and each waited for a fifth).
+func runScope(ctx context.Context, t *testing.T, shared *pgxpool.Pool, driver neo4j.DriverWithContext, cfg Config) (*Result, error) {
+	pcfg := shared.Config().Copy()
+	pcfg.MaxConns = 6
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
 	sink, err := projector.New(driver, projector.Config{}, zaptest.NewLogger(t))
 	if err != nil {
 		return nil, err
@@ -820,5 +834,37 @@ func TestReplayStopsOnAFailedDeliveryWhileTheReaderWaits(t *testing.T) {
 	_, err = b.Run(runCtx)
 	if !errors.Is(err, outbox.ErrSinkBroken) || time.Since(start) > 30*time.Second {
 		t.Fatalf("replay with a broken sink beside an idle transaction: %v after %s, want the sink's error at once", err, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// A pool too small for what a rebuild (or a drift check) holds at once is
+// refused when it is made, naming the numbers: before, the rebuild took it
+// and waited for its own connections for ever.
+func TestPoolTooSmallIsRefused(t *testing.T) {
+	shared, driver := stack(t)
+	small := func(n int32) *pgxpool.Pool {
+		cfg := shared.Config().Copy()
+		cfg.MaxConns = n
+		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		return pool
+	}
+	sink, err := projector.New(driver, projector.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	_, err = New(small(MinPoolConns-1), driver, Config{Sink: sink}, nil)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("allows %d connections; a rebuild needs at least %d", MinPoolConns-1, MinPoolConns)) {
+		t.Errorf("a rebuild on a pool of %d: %v, want it refused, naming both numbers", MinPoolConns-1, err)
+	}
+	if _, err := drift.New(small(drift.MinPoolConns-1), driver, drift.Config{}, nil); err == nil || !strings.Contains(err.Error(), "a check needs at least") {
+		t.Errorf("a drift check on a pool of %d: %v, want it refused", drift.MinPoolConns-1, err)
+	}
+	if _, err := New(small(MinPoolConns), driver, Config{Sink: sink}, nil); err != nil {
+		t.Errorf("a rebuild on a pool of %d: %v", MinPoolConns, err)
 	}
 }
