@@ -16,11 +16,11 @@ import (
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 	"go.uber.org/zap/zaptest"
 
+	"graphsync/drift"
 	"graphsync/events"
 	"graphsync/internal/stacktest"
 	"graphsync/outbox"
 	"graphsync/pipelinetest"
-	"graphsync/drift"
 	"graphsync/projector"
 	"graphsync/relay"
 	gsql "graphsync/sql"
@@ -95,6 +95,13 @@ func awaitTransactionsWait(t *testing.T, pool *pgxpool.Pool, done <-chan scopeOu
 	}
 }
 
+// poolOf is a pool of its own of n connections to shared's database.
+func poolOf(shared *pgxpool.Pool, n int32) (*pgxpool.Pool, error) {
+	cfg := shared.Config().Copy()
+	cfg.MaxConns = n
+	return pgxpool.NewWithConfig(context.Background(), cfg)
+}
+
 // runScope is rebuildScope for a goroutine: it returns its error.
 //
 // The rebuild gets a pool of its own, sized as `graphsync rebuild` sizes
@@ -103,9 +110,7 @@ func awaitTransactionsWait(t *testing.T, pool *pgxpool.Pool, done <-chan scopeOu
 // rebuilds under load each held their lock and drift's snapshot, four
 // connections, and each waited for a fifth).
 func runScope(ctx context.Context, t *testing.T, shared *pgxpool.Pool, driver neo4j.DriverWithContext, cfg Config) (*Result, error) {
-	pcfg := shared.Config().Copy()
-	pcfg.MaxConns = 6
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	pool, err := poolOf(shared, 6)
 	if err != nil {
 		return nil, err
 	}
@@ -843,9 +848,7 @@ func TestReplayStopsOnAFailedDeliveryWhileTheReaderWaits(t *testing.T) {
 func TestPoolTooSmallIsRefused(t *testing.T) {
 	shared, driver := stack(t)
 	small := func(n int32) *pgxpool.Pool {
-		cfg := shared.Config().Copy()
-		cfg.MaxConns = n
-		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		pool, err := poolOf(shared, n)
 		if err != nil {
 			t.Fatal(err)
 		}

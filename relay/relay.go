@@ -524,10 +524,10 @@ func (r *worker) streamPass(ctx context.Context, batches []streamBatch, backoff 
 			continue
 		}
 		backoff.reset()
-		for _, b := range batches {
-			if b.progress != nil {
-				b.progress()
-			}
+		// One call: every batch reports to the same open connection
+		// (streamer.progressed), and a gathered backlog holds hundreds.
+		if p := batches[0].progress; p != nil {
+			p()
 		}
 		// Rows of the chunk the claim left (past its byte bound, or behind
 		// a row of their aggregate it left) are claimed again first, in
