@@ -27,6 +27,7 @@ type Metrics struct {
 	claimDuration   prometheus.Histogram
 	settleDuration  prometheus.Histogram
 	batchSize       prometheus.Histogram
+	claimLimit      prometheus.Histogram
 	slotLagBytes    prometheus.Gauge
 	streamPosition  prometheus.Gauge
 	deferred        prometheus.Counter
@@ -61,6 +62,10 @@ func NewMetrics() *Metrics {
 			Name: "outbox_batch_size", Help: "Messages per delivered batch.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
 		}),
+		claimLimit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "outbox_claim_limit_rows", Help: "Most rows each poll claim could take: --batch-size, doubling while a backlog lasts up to --backlog-batch-size. Batches come out smaller when rows of aggregates in flight are left for later.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+		}),
 		slotLagBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_replication_slot_lag_bytes", Help: "WAL the stream mode's slot retains (server WAL end minus confirmed position).",
 		}),
@@ -90,7 +95,7 @@ func (m *Metrics) StageCollectors() []prometheus.Collector {
 // from PostgreSQL at scrape time through pool.
 func (m *Metrics) Collectors(pool *pgxpool.Pool) []prometheus.Collector {
 	return []prometheus.Collector{m.processed, m.failures, m.dlqMoved, m.sinkErrors, m.claimDuration,
-		m.settleDuration, m.batchSize, m.slotLagBytes, m.streamPosition, m.deferred, m.sinkBrokenGauge, m.passErrors, &statsCollector{pool: pool}}
+		m.settleDuration, m.batchSize, m.claimLimit, m.slotLagBytes, m.streamPosition, m.deferred, m.sinkBrokenGauge, m.passErrors, &statsCollector{pool: pool}}
 }
 
 var (

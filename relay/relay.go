@@ -367,6 +367,7 @@ func (r *worker) claimPoll(ctx context.Context, limit int) (claimed, error) {
 	start := time.Now()
 	c, err := r.store.OutboxClaim(ctx, limit)
 	r.metrics.claimDuration.Observe(time.Since(start).Seconds())
+	r.metrics.claimLimit.Observe(float64(limit))
 	c.limit = limit
 	return c, err
 }
