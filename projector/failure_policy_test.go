@@ -285,7 +285,7 @@ func TestIssue12TimedOutEventReachesDLQWhileOthersFlow(t *testing.T) {
 	}
 	ids := r.insert(msgs...)
 	stuckID := ids[stuck]
-	p := mustProjector(t, r.driver, Config{TxTimeout: 1500 * time.Millisecond})
+	p := mustProjector(t, r.driver, Config{TxTimeout: 4 * time.Second})
 	r.start(p, relay.Config{ID: "relay-timeout", BatchSize: 16, MaxAttempts: 3})
 	waitFor(t, 120*time.Second, "the timed-out event in the DLQ and every other event processed", func() bool {
 		return r.count(`SELECT count(*) FROM outbox_messages_dlq WHERE id = $1`, stuckID) == 1 &&

@@ -302,18 +302,25 @@ func TestBatchClaimedAheadOfASlowBatchIsHandedBack(t *testing.T) {
 		SELECT 1, 'Order', g, 'OrderConfirmed', jsonb_build_object('n', g) FROM generate_series(0, 399) g`); err != nil {
 		t.Fatal(err)
 	}
+	// A lease of 4s, not the harness's 1s: renewals come every third of it,
+	// and on a busy machine one can come late enough to lose a 1s lease,
+	// which delivers its rows again for another reason than the one tested.
+	const lease = 4 * time.Second
 	sink := newRecordingSink()
 	var slow sync.Once
 	sink.hold = func(ctx context.Context, batch []outbox.Message) {
 		slow.Do(func() {
-			select { // longer than the lease (1s); the batch in delivery keeps renewing its own
+			select { // longer than the lease; the batch in delivery keeps renewing its own
 			case <-ctx.Done():
-			case <-time.After(1600 * time.Millisecond):
+			case <-time.After(lease * 8 / 5):
 			}
 		})
 	}
-	h.start(sink, h.config("relay-slow"))
-	h.start(sink, h.config("relay-other"))
+	for _, id := range []string{"relay-slow", "relay-other"} {
+		cfg := h.config(id)
+		cfg.Lease = lease
+		h.start(sink, cfg)
+	}
 	eventually(t, 30*time.Second, "every row applied", func() bool {
 		return h.count(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL`) == 0
 	})

@@ -335,10 +335,21 @@ func TestEveryDeferredRowIsLookedAtWhenDue(t *testing.T) {
 	}
 	eventually(t, 20*time.Second, "the long wait grown", func() bool { return tries() >= 6 })
 	// Written while the first aggregate is held, due when it is: the next
-	// claim, when that hold runs out, takes both.
+	// claim, when that hold runs out, takes both. The insert holds the
+	// claims' lock until it commits, so no claim can run between the hold's
+	// end and a slow commit.
 	eventually(t, 10*time.Second, "the second aggregate written while the first is held", func() bool {
+		ctx := context.Background()
+		tx, err := h.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('graphsync outbox claim', 0))`); err != nil {
+			t.Fatal(err)
+		}
 		var id int64
-		err := h.pool.QueryRow(context.Background(), `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload, available_at)
+		err = tx.QueryRow(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload, available_at)
 			SELECT 2, 'Order', 2, 'OrderPlaced', '{}', m.available_at
 			FROM outbox_messages m
 			WHERE m.id = $1 AND m.id NOT IN `+inFlight+` AND m.available_at > now() + interval '100 milliseconds'
@@ -347,6 +358,9 @@ func TestEveryDeferredRowIsLookedAtWhenDue(t *testing.T) {
 			return false
 		}
 		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
 		shortID.Store(id)

@@ -106,10 +106,12 @@ func TestIssue12KilledFullBatchDrainedInFewClaims(t *testing.T) {
 			}
 			sink.mu.Unlock()
 			// 300 rows, 100 orphaned, batches of 100: a handful of claims
-			// (an aggregate's later rows wait for its earlier ones, and a
-			// claim ahead beside a settle can come out short: once, under
-			// the whole suite's load, 14), never one per orphan.
-			if deliveries > 16 {
+			// (an aggregate's later rows wait for its earlier ones, a claim
+			// ahead beside a settle can come out short, and in stream mode
+			// the survivor's stream sends the 300 transactions again, in as
+			// many passes as the decoding's pace makes: 14 seen under the
+			// whole suite's load), never one per orphan (100 or more).
+			if deliveries >= batch/2 {
 				t.Errorf("%d deliveries for %d rows, %d of them orphaned (sizes %v)", deliveries, rows, batch, sizes)
 			}
 			sink.checkViolations(t)
@@ -145,9 +147,10 @@ func TestIssue12StreamReconnectsWithinBaseBackoff(t *testing.T) {
 		})
 		took := time.Since(start)
 		slowest = max(slowest, took)
-		// The base backoff (50 ms) plus a connection and START_REPLICATION;
-		// a backoff that kept doubling passes 2 s by the 7th reconnect.
-		if took > 2*time.Second {
+		// The base backoff (50 ms) plus a connection and START_REPLICATION
+		// (seconds at most on a busy machine); a backoff that kept doubling
+		// is 12.8 s at the 9th reconnect.
+		if took > 8*time.Second {
 			t.Errorf("reconnect %d took %s", i, took)
 		}
 	}
@@ -183,7 +186,8 @@ func TestIssue12ListenReconnectBackoffResets(t *testing.T) {
 			pid = listenPID()
 			return pid != 0 && pid != old
 		})
-		if took := time.Since(start); took > 2*time.Second {
+		// As above: a backoff that kept doubling is 12.8 s at the 9th.
+		if took := time.Since(start); took > 8*time.Second {
 			t.Errorf("LISTEN reconnect %d took %s", i, took)
 		}
 	}
@@ -417,7 +421,9 @@ func TestIssue12StreamKeepsConfirmingUnderSteadyWrites(t *testing.T) {
 	}()
 	<-time.After(2 * time.Second)
 	mark := h.currentLSN()
-	eventually(t, 5*time.Second, "the slot confirmed past a position taken while rows are written steadily", func() bool {
+	// Without the fix the slot never confirms; a minute is room for a busy
+	// machine, not a bound on the relay.
+	eventually(t, time.Minute, "the slot confirmed past a position taken while rows are written steadily", func() bool {
 		return h.lsnAtLeast(mark)
 	})
 }

@@ -247,8 +247,8 @@ func TestDropStreamWaitsForTheSlotToBeLetGo(t *testing.T) {
 func TestStreamRetriesSoonForTheSlotItJustLost(t *testing.T) {
 	h := newHarness(t, WakeStream)
 	cfg := streamOnlyConfig(h, "relay-lost") // fallback poll: an hour
-	cfg.SinkBackoff = 300 * time.Millisecond // time for the test to take the slot
-	cfg.SinkBackoffMax = time.Second
+	cfg.SinkBackoff = 3 * time.Second        // time for the test to take the slot, on a busy machine too
+	cfg.SinkBackoffMax = 5 * time.Second
 	core, logs := observer.New(zap.InfoLevel)
 	h.startRelayLogging(newRecordingSink(), cfg, zap.New(core))
 	eventually(t, 10*time.Second, "the stream connected", func() bool { return h.walsenderPID() != 0 })
@@ -388,17 +388,17 @@ func TestStreamKeepsItsConnectionThroughALongPass(t *testing.T) {
 	}
 	cfg := streamOnlyConfig(h, "relay-long-pass")
 	cfg.BatchSize, cfg.BacklogBatchSize = 10, 10
-	cfg.StreamStallTimeout = time.Second
+	cfg.StreamStallTimeout = 3 * time.Second // a chunk is far shorter, on a busy machine too
 	h.start(sink, cfg)
 	activePID := h.walsenderPID
 	eventually(t, 10*time.Second, "the stream connected", func() bool { return activePID() != 0 })
 	first := activePID()
 	var rows []event
-	for i := range 150 { // 15 chunks of 150 ms: over twice the stall timeout
+	for i := range 450 { // 45 chunks of 150 ms: over twice the stall timeout
 		rows = append(rows, event{1 + int64(i%3), "Order", int64(i % 11), "OrderConfirmed", `{}`})
 	}
 	ids := h.insertTogether(rows...)
-	eventually(t, 30*time.Second, "the large transaction delivered", func() bool {
+	eventually(t, 60*time.Second, "the large transaction delivered", func() bool {
 		return h.count(`SELECT count(*) FROM outbox_messages WHERE id = ANY($1) AND processed_at IS NOT NULL`, ids) == int64(len(ids))
 	})
 	if pid := activePID(); pid != first {
