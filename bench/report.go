@@ -267,8 +267,8 @@ func (r *results) print(out io.Writer, path string, writeErr error) {
 			if l.Embedder == "none" || l.Embedder == "" || l.Error != "" || !ok || base.Error != "" || base.P99Ms == 0 {
 				continue
 			}
-			fmt.Fprintf(out, "  embeddings on against off, latency %s: p99 %.1fms against %.1fms (%.2fx), p50 %.1fms against %.1fms; same run, same probes.\n",
-				l.Mode, l.P99Ms, base.P99Ms, l.P99Ms/base.P99Ms, l.P50Ms, base.P50Ms)
+			fmt.Fprintf(out, "  embeddings on against off, latency %s: p99 %.1fms against %.1fms (%.2fx), p50 %.1fms against %.1fms; same run, same probes; the stage obtained %.0f vectors and wrote %.0f meanwhile.\n",
+				l.Mode, l.P99Ms, base.P99Ms, l.P99Ms/base.P99Ms, l.P50Ms, base.P50Ms, l.SyncMetrics.Embeddings, l.SyncMetrics.EmbeddingsWritten)
 		}
 		for _, t := range r.Throughput {
 			if m := t.SyncMetrics; t.Error == "" && m.Batches > 0 {

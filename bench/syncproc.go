@@ -334,6 +334,11 @@ type syncMetrics struct {
 	// SettleSeconds is the time spent marking batches (OutboxSettle).
 	SettleSeconds float64 `json:"settle_seconds"`
 	MeanSettleMs  float64 `json:"mean_settle_ms"`
+	// Embeddings is graphsync_embeddings_total (model and cache) and
+	// EmbeddingsWritten graphsync_embedding_written_total: the embedding
+	// stage's work beside the relay (0 with --embedder none).
+	Embeddings        float64 `json:"embeddings,omitempty"`
+	EmbeddingsWritten float64 `json:"embeddings_written,omitempty"`
 }
 
 func (m syncMetrics) since(base syncMetrics) syncMetrics {
@@ -343,6 +348,7 @@ func (m syncMetrics) since(base syncMetrics) syncMetrics {
 		Claims: m.Claims - base.Claims, ClaimSeconds: m.ClaimSeconds - base.ClaimSeconds,
 		Applies: m.Applies - base.Applies, ApplySeconds: m.ApplySeconds - base.ApplySeconds,
 		Settles: m.Settles - base.Settles, SettleSeconds: m.SettleSeconds - base.SettleSeconds,
+		Embeddings: m.Embeddings - base.Embeddings, EmbeddingsWritten: m.EmbeddingsWritten - base.EmbeddingsWritten,
 	}
 	return d.withMeans()
 }
@@ -437,6 +443,7 @@ func (p *syncProcess) scrape(ctx context.Context) (syncMetrics, error) {
 		Batches: int64(values["outbox_batch_size_count"]), BatchRows: values["outbox_batch_size_sum"],
 		Claims: int64(values["outbox_claim_duration_seconds_count"]), ClaimSeconds: values["outbox_claim_duration_seconds_sum"],
 		Applies: int64(values["graphsync_projector_apply_seconds_count"]), ApplySeconds: values["graphsync_projector_apply_seconds_sum"],
+		Embeddings: values["graphsync_embeddings_total"], EmbeddingsWritten: values["graphsync_embedding_written_total"],
 	}
 	return m.withMeans(), nil
 }

@@ -76,6 +76,9 @@ func TestRegisterFlags(t *testing.T) {
 	if msg := err.Error(); msg != "embedding "+filepath.Join(missing, "model.onnx")+" is missing: run `make model` to fetch it, or use --embedder none" {
 		t.Fatalf("missing model: %q", msg)
 	}
+	if cfg := parse("--embed-threads", "3"); cfg.Threads != 3 {
+		t.Fatalf("--embed-threads 3 parsed as %d", cfg.Threads)
+	}
 	cfg := parse("--embedder", "openai", "--embed-url", "http://127.0.0.1:9/v1", "--embed-model", "m", "--embed-batch-size", "8")
 	if cfg.Kind != KindOpenAI || cfg.URL != "http://127.0.0.1:9/v1" || cfg.Model != "m" || cfg.BatchSize != 8 {
 		t.Fatalf("parsed %+v", cfg)
@@ -99,6 +102,18 @@ func TestRegisterFlags(t *testing.T) {
 	for _, name := range names {
 		if name == EnvAPIKey {
 			t.Errorf("the API key is a flag: it would show in the process list")
+		}
+	}
+}
+
+// Sync leaves a core to the relay unless told the threads, and never asks
+// for none.
+func TestSyncThreads(t *testing.T) {
+	for _, c := range []struct{ threads, cores, want int }{
+		{0, 2, 1}, {0, 1, 1}, {0, 8, 7}, {2, 2, 2}, {4, 2, 4},
+	} {
+		if got := SyncThreads(c.threads, c.cores); got != c.want {
+			t.Errorf("SyncThreads(%d, %d) = %d, want %d", c.threads, c.cores, got, c.want)
 		}
 	}
 }

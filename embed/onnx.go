@@ -129,6 +129,14 @@ func openONNX(cfg Config) (_ Embedder, err error) {
 		return nil, fmt.Errorf("ONNX Runtime session options: %w", err)
 	}
 	defer options.Destroy()
+	// ONNX Runtime's threads spin after each run, waiting for the next, by
+	// default: CPU that sync's projector, PostgreSQL and Neo4j on the same
+	// cores need (ADR 0028). They sleep instead.
+	for _, key := range []string{"session.intra_op.allow_spinning", "session.inter_op.allow_spinning"} {
+		if err := options.AddSessionConfigEntry(key, "0"); err != nil {
+			return nil, fmt.Errorf("ONNX Runtime %s: %w", key, err)
+		}
+	}
 	if cfg.Threads > 0 {
 		if err := options.SetIntraOpNumThreads(cfg.Threads); err != nil {
 			return nil, fmt.Errorf("ONNX Runtime threads: %w", err)
