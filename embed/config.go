@@ -225,13 +225,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 }
 
 // SyncThreads is the ONNX Runtime thread count sync uses when none is
-// given (threads 0): one fewer than the cores, at least one. The stage
+// given (threads 0): one fewer than the cores, at least one. Any other
+// value is kept (a negative one for Open to refuse). The stage
 // runs beside the relay, the projector, PostgreSQL and Neo4j; a model run
 // on every core stalled their work, and sync's commit-to-graph p99 with
 // it (ADR 0028). Rebuild, drift and context, whose work waits for the
 // model, use every core.
 func SyncThreads(threads, cores int) int {
-	if threads > 0 {
+	if threads != 0 {
 		return threads
 	}
 	return max(1, cores-1)
