@@ -64,7 +64,7 @@ type Config struct {
 	// (openai). Default 32.
 	BatchSize int
 	// Threads is ONNX Runtime's intra-op thread count (onnx). Default 0:
-	// ONNX Runtime's own choice, one per core (sync passes one fewer:
+	// ONNX Runtime's own choice, one per core (sync passes half the cores:
 	// SyncThreads).
 	Threads int
 
@@ -153,7 +153,7 @@ func (c Config) validate() error {
 			errs = append(errs, fmt.Errorf("embed max tokens %d: want 3 to 512 (the model's positions)", c.MaxTokens))
 		}
 		if c.Threads < 0 {
-			errs = append(errs, fmt.Errorf("embed threads %d: must not be negative", c.Threads))
+			errs = append(errs, fmt.Errorf("embed threads %d (--embed-threads): must not be negative", c.Threads))
 		}
 	case KindOpenAI:
 		if c.URL == "" {
@@ -221,19 +221,21 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.URL, "embed-url", "", "base URL of the embedding server up to /v1 for --embedder openai (env GRAPHSYNC_EMBED_URL); its key: env GRAPHSYNC_EMBED_API_KEY")
 	fs.StringVar(&c.Model, "embed-model", "", "model name the embedding server serves, for --embedder openai (env GRAPHSYNC_EMBED_MODEL)")
 	fs.IntVar(&c.BatchSize, "embed-batch-size", DefaultBatchSize, "texts per model run or server request (env GRAPHSYNC_EMBED_BATCH_SIZE)")
-	fs.IntVar(&c.Threads, "embed-threads", 0, "ONNX Runtime threads for --embedder onnx; 0: one per core, but sync leaves one core to the relay (env GRAPHSYNC_EMBED_THREADS)")
+	fs.IntVar(&c.Threads, "embed-threads", 0, "ONNX Runtime threads for --embedder onnx; 0: one per core, but sync takes half the cores, leaving the rest to the relay (env GRAPHSYNC_EMBED_THREADS)")
 }
 
 // SyncThreads is the ONNX Runtime thread count sync uses when none is
-// given (threads 0): one fewer than the cores, at least one. Any other
-// value is kept (a negative one for Open to refuse). The stage
-// runs beside the relay, the projector, PostgreSQL and Neo4j; a model run
-// on every core stalled their work, and sync's commit-to-graph p99 with
-// it (ADR 0028). Rebuild, drift and context, whose work waits for the
-// model, use every core.
+// given (threads 0): half the cores the process may use (cores, from
+// runtime.GOMAXPROCS, which follows a container's CPU limit), at least
+// one; with two-way SMT that is at most the physical cores ONNX Runtime
+// itself would take. Any other value is kept (a negative one for Open to
+// refuse). The stage runs beside the relay, the projector, PostgreSQL and
+// Neo4j; a model run on every core stalled their work, and sync's
+// commit-to-graph p99 with it (ADR 0028). Rebuild, drift and context,
+// whose work waits for the model, keep ONNX Runtime's choice.
 func SyncThreads(threads, cores int) int {
 	if threads != 0 {
 		return threads
 	}
-	return max(1, cores-1)
+	return max(1, cores/2)
 }

@@ -106,11 +106,11 @@ func TestRegisterFlags(t *testing.T) {
 	}
 }
 
-// Sync leaves a core to the relay unless told the threads, and never asks
-// for none; a negative count is left for Open to refuse.
+// Sync takes half the cores unless told the threads, and never asks for
+// none; a negative count is left for Open to refuse.
 func TestSyncThreads(t *testing.T) {
 	for _, c := range []struct{ threads, cores, want int }{
-		{0, 2, 1}, {0, 1, 1}, {0, 8, 7}, {2, 2, 2}, {4, 2, 4}, {-2, 2, -2},
+		{0, 2, 1}, {0, 1, 1}, {0, 3, 1}, {0, 8, 4}, {2, 2, 2}, {4, 2, 4}, {-2, 2, -2},
 	} {
 		if got := SyncThreads(c.threads, c.cores); got != c.want {
 			t.Errorf("SyncThreads(%d, %d) = %d, want %d", c.threads, c.cores, got, c.want)

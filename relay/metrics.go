@@ -63,7 +63,7 @@ func NewMetrics() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
 		}),
 		claimLimit: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "outbox_claim_limit_rows", Help: "Most rows each poll claim could take: --batch-size, doubling while a backlog lasts up to --backlog-batch-size. Batches come out smaller when rows of aggregates in flight are left for later.",
+			Name: "outbox_claim_limit_rows", Help: "Most rows each poll claim could take: --batch-size, doubling while a backlog lasts up to --backlog-batch-size; lower while a failing batch is split down or when large events filled the byte bound. Batches come out smaller when rows of aggregates in flight are left for later.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
 		}),
 		slotLagBytes: prometheus.NewGauge(prometheus.GaugeOpts{

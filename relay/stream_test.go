@@ -279,7 +279,9 @@ func TestStreamRetriesSoonForTheSlotItJustLost(t *testing.T) {
 		t.Errorf("the relay took the slot it had just lost for another relay's (%d times)", n)
 	}
 	holder.Close(context.Background())
-	eventually(t, 10*time.Second, "the relay streaming again", func() bool {
+	// Its backoff (up to SinkBackoffMax) and a reconnect; the fallback poll
+	// it must not wait for is an hour.
+	eventually(t, 30*time.Second, "the relay streaming again", func() bool {
 		pid := h.walsenderPID()
 		return pid != 0 && pid != relayPID && pid != holderPID
 	})

@@ -223,7 +223,7 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) (err error) {
 	}
 	// The model before any connection: missing files stop the service at
 	// once (exit 2), naming the file and make model.
-	f.embedder.Threads = embed.SyncThreads(f.embedder.Threads, runtime.NumCPU())
+	f.embedder.Threads = embed.SyncThreads(f.embedder.Threads, runtime.GOMAXPROCS(0))
 	embedder, modelLoad, err := openEmbedder(f.embedder)
 	if err != nil {
 		return err
