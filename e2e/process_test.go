@@ -147,7 +147,11 @@ func (s *stack) killInFlight(ps ...*syncProc) (*syncProc, int64) {
 				return true, ""
 			}
 		}
-		return false, "no row leased"
+		c, err := s.counts()
+		if err != nil {
+			return false, "no row leased; " + err.Error()
+		}
+		return false, "no row leased; " + c.String() + s.writerState()
 	})
 	s.kill(busy)
 	inFlight := s.leasedBy(busy.relayID)

@@ -62,6 +62,8 @@ type stack struct {
 	// the service back for the tests after it.
 	neo4jDown    bool
 	pgRestarting bool
+	// writer is the workload writer startWriter started, if any.
+	writer *writer
 }
 
 func newStack(t *testing.T) *stack {
@@ -316,9 +318,21 @@ func (s *stack) waitProcessedBeyond(n int64, timeout time.Duration, what string)
 			return false, err.Error()
 		}
 		last = c
-		return c.processed > n, c.String()
+		return c.processed > n, c.String() + s.writerState()
 	})
 	return last
+}
+
+// writerState says, for a wait that times out, whether the workload writer
+// stopped on an error (then no new events arrive for the relays).
+func (s *stack) writerState() string {
+	if s.writer == nil {
+		return ""
+	}
+	if err := s.writer.err(); err != nil {
+		return "; the workload writer stopped: " + err.Error()
+	}
+	return "; the workload writer is running"
 }
 
 // waitCaughtUp waits until no row is pending: each is processed or in the

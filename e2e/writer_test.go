@@ -59,6 +59,7 @@ func (s *stack) startWriter(cfg workload.Config, queryEvery time.Duration) *writ
 		s.t.Fatalf("workload pool: %v", err)
 	}
 	w := &writer{s: s, cfg: cfg, pool: pool, throttle: th, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	s.writer = w
 	go w.run()
 	s.t.Cleanup(func() {
 		w.stop.Store(true)
