@@ -67,6 +67,12 @@ type Config struct {
 	// ONNX Runtime's own choice, one per core (sync passes half the cores:
 	// SyncThreads).
 	Threads int
+	// Background runs the model (onnx) on a thread of its own at the lowest
+	// CPU priority (nice 19 on Linux), one batch at a time, so that on a
+	// busy machine every other thread of the host goes first. Sync sets it:
+	// its stage embeds beside the relay, PostgreSQL and Neo4j (ADR 0029).
+	// Commands whose work waits for the model leave it unset.
+	Background bool
 
 	// URL is the server's base URL, up to and including /v1 (openai):
 	// requests go to URL + "/embeddings".

@@ -76,6 +76,9 @@ type onnxEmbedder struct {
 	session   *ort.DynamicAdvancedSession
 	withTypes bool     // the model takes token_type_ids
 	inputs    []string // the model's input names, in its order
+	// lane, when Config.Background is set, is where the session was made
+	// and where it runs: one batch at a time, at the lowest CPU priority.
+	lane *lane
 
 	// closeMu: Close waits for the batches in flight (read lock each) and
 	// later Embed calls fail instead of touching a released session.
@@ -142,11 +145,29 @@ func openONNX(cfg Config) (_ Embedder, err error) {
 			return nil, fmt.Errorf("ONNX Runtime threads: %w", err)
 		}
 	}
-	session, err := ort.NewDynamicAdvancedSession(modelPath, inputNames, []string{outputs[0].Name}, options)
+	var runs *lane
+	if cfg.Background {
+		if runs, err = startLane(); err != nil {
+			return nil, err
+		}
+	}
+	var session *ort.DynamicAdvancedSession
+	newSession := func() {
+		session, err = ort.NewDynamicAdvancedSession(modelPath, inputNames, []string{outputs[0].Name}, options)
+	}
+	if runs != nil {
+		runs.do(newSession)
+	} else {
+		newSession()
+	}
 	if err != nil {
+		if runs != nil {
+			runs.stop()
+		}
 		return nil, corruptFileError(modelPath, err)
 	}
 	return &onnxEmbedder{
+		lane:      runs,
 		model:     filepath.Base(filepath.Clean(cfg.ModelDir)),
 		dimension: int(outputs[0].Dimensions[2]),
 		batchSize: cfg.BatchSize,
@@ -168,6 +189,9 @@ func (e *onnxEmbedder) Close() error {
 	}
 	e.closed = true
 	err := e.session.Destroy()
+	if e.lane != nil {
+		e.lane.stop()
+	}
 	return errors.Join(err, releaseRuntime())
 }
 
@@ -251,7 +275,13 @@ func (e *onnxEmbedder) run(batch [][]int64) ([][]float32, error) {
 		inputs = append(inputs, typesTensor)
 	}
 	outputs := []ort.Value{nil}
-	if err := e.session.Run(e.ordered(inputs), outputs); err != nil {
+	runModel := func() { err = e.session.Run(e.ordered(inputs), outputs) }
+	if e.lane != nil {
+		e.lane.do(runModel)
+	} else {
+		runModel()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("embed: run model: %w", err)
 	}
 	defer outputs[0].Destroy()

@@ -224,6 +224,7 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) (err error) {
 	// The model before any connection: missing files stop the service at
 	// once (exit 2), naming the file and make model.
 	f.embedder.Threads = embed.SyncThreads(f.embedder.Threads, runtime.GOMAXPROCS(0))
+	f.embedder.Background = true
 	embedder, modelLoad, err := openEmbedder(f.embedder)
 	if err != nil {
 		return err

@@ -1,0 +1,60 @@
+//go:build cgo
+
+package embed
+
+import "runtime"
+
+// lane runs functions one at a time on an operating-system thread of its
+// own whose CPU priority is the lowest (nice 19, lowerPriority). The model
+// runs there when Config.Background is set: sync's stage embeds beside the
+// relay, the projector, PostgreSQL and Neo4j, and on a busy machine their
+// work goes first, the model's backlog waits (ADR 0029). ONNX Runtime's
+// intra-op threads start from the thread that creates the session, and a
+// new Linux thread takes its creator's nice value, so the session is created
+// on the lane too.
+type lane struct {
+	calls chan func()
+	done  chan struct{}
+}
+
+// startLane starts the lane's thread and lowers its priority; it fails
+// when the priority cannot be lowered.
+func startLane() (*lane, error) {
+	l := &lane{calls: make(chan func()), done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		defer close(l.done)
+		// Never unlocked: the thread, with its priority, ends with the
+		// goroutine instead of going back to Go's pool.
+		runtime.LockOSThread()
+		if err := lowerPriority(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		for call := range l.calls {
+			call()
+		}
+	}()
+	if err := <-started; err != nil {
+		<-l.done
+		return nil, err
+	}
+	return l, nil
+}
+
+// do runs f on the lane's thread and returns when it has.
+func (l *lane) do(f func()) {
+	finished := make(chan struct{})
+	l.calls <- func() {
+		defer close(finished)
+		f()
+	}
+	<-finished
+}
+
+// stop ends the lane's thread once the call in flight returns.
+func (l *lane) stop() {
+	close(l.calls)
+	<-l.done
+}
