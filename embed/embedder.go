@@ -32,3 +32,14 @@ type Embedder interface {
 // (a server that times out or is down); the caller retries later. Any other
 // error means the input or the answer was bad.
 var ErrUnavailable = errors.New("embedder unavailable")
+
+// BackgroundError says why an embedder opened with Config.Background runs
+// its model at the process's priority instead of the lowest (the operating
+// system refused to lower it); nil when it runs as asked, or for an
+// embedder without a local model.
+func BackgroundError(e Embedder) error {
+	if b, ok := e.(interface{ backgroundError() error }); ok {
+		return b.backgroundError()
+	}
+	return nil
+}

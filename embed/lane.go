@@ -17,30 +17,24 @@ type lane struct {
 	done  chan struct{}
 }
 
-// startLane starts the lane's thread and lowers its priority; it fails
-// when the priority cannot be lowered.
-func startLane() (*lane, error) {
-	l := &lane{calls: make(chan func()), done: make(chan struct{})}
+// startLane starts the lane's thread and lowers its priority. A priority
+// that cannot be lowered (a sandbox that forbids setpriority) leaves the
+// lane at the process's priority: the model still runs, and err says why
+// it runs there (BackgroundError).
+func startLane() (l *lane, err error) {
+	l = &lane{calls: make(chan func()), done: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
 		defer close(l.done)
 		// Never unlocked: the thread, with its priority, ends with the
 		// goroutine instead of going back to Go's pool.
 		runtime.LockOSThread()
-		if err := lowerPriority(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
+		started <- lowerPriority()
 		for call := range l.calls {
 			call()
 		}
 	}()
-	if err := <-started; err != nil {
-		<-l.done
-		return nil, err
-	}
-	return l, nil
+	return l, <-started
 }
 
 // do runs f on the lane's thread and returns when it has.

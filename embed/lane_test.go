@@ -23,6 +23,9 @@ func TestBackgroundModelRunsAtTheLowestPriority(t *testing.T) {
 		t.Fatalf("open embedder (run make model first): %v", err)
 	}
 	defer e.Close()
+	if err := BackgroundError(e); err != nil {
+		t.Fatalf("the model runs at the process's priority: %v", err)
+	}
 	texts, _ := loadFixture(t, DefaultModel)
 	got, err := e.Embed(context.Background(), texts)
 	if err != nil {

@@ -79,6 +79,8 @@ type onnxEmbedder struct {
 	// lane, when Config.Background is set, is where the session was made
 	// and where it runs: one batch at a time, at the lowest CPU priority.
 	lane *lane
+	// priorityErr says why the lane runs at the process's priority.
+	priorityErr error
 
 	// closeMu: Close waits for the batches in flight (read lock each) and
 	// later Embed calls fail instead of touching a released session.
@@ -146,10 +148,9 @@ func openONNX(cfg Config) (_ Embedder, err error) {
 		}
 	}
 	var runs *lane
+	var priorityErr error
 	if cfg.Background {
-		if runs, err = startLane(); err != nil {
-			return nil, err
-		}
+		runs, priorityErr = startLane()
 	}
 	var session *ort.DynamicAdvancedSession
 	newSession := func() {
@@ -167,16 +168,19 @@ func openONNX(cfg Config) (_ Embedder, err error) {
 		return nil, corruptFileError(modelPath, err)
 	}
 	return &onnxEmbedder{
-		lane:      runs,
-		model:     filepath.Base(filepath.Clean(cfg.ModelDir)),
-		dimension: int(outputs[0].Dimensions[2]),
-		batchSize: cfg.BatchSize,
-		words:     words,
-		session:   session,
-		withTypes: withTypes,
-		inputs:    inputNames,
+		lane:        runs,
+		priorityErr: priorityErr,
+		model:       filepath.Base(filepath.Clean(cfg.ModelDir)),
+		dimension:   int(outputs[0].Dimensions[2]),
+		batchSize:   cfg.BatchSize,
+		words:       words,
+		session:     session,
+		withTypes:   withTypes,
+		inputs:      inputNames,
 	}, nil
 }
+
+func (e *onnxEmbedder) backgroundError() error { return e.priorityErr }
 
 func (e *onnxEmbedder) Model() string  { return e.model }
 func (e *onnxEmbedder) Dimension() int { return e.dimension }

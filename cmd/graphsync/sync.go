@@ -233,6 +233,9 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) (err error) {
 		defer embedder.Close()
 		f.projector.EmbeddingModel = embedder.Model()
 		log.Info("embedding model loaded", zap.String("model", embedder.Model()), zap.Int("dimension", embedder.Dimension()), zap.Duration("took", modelLoad))
+		if err := embed.BackgroundError(embedder); err != nil {
+			log.Warn("the model runs at the process's CPU priority, beside the relay", zap.Error(err))
+		}
 	}
 	pgPool, err := f.conn.openPostgres(ctx, int32(f.relay.Workers*2+8))
 	if err != nil {
