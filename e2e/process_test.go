@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -133,30 +134,54 @@ func (s *stack) kill(p *syncProc) {
 // killInFlight waits until one of ps holds leased rows (looking at them in
 // the order given), SIGKILLs that one at once and returns it with how many
 // rows its lease still covers (the batch it died with).
+//
+// It looks at random intervals of up to inFlightLookMax, not on the tick:
+// a relay that has caught up polls every --poll-interval (100ms, the tick)
+// and holds each batch for a few ms of that period. Two tickers of one
+// period keep their phase, so a look on the tick that first fell between
+// two batches fell there for the whole minute (TestChaos/poll, stop 45's
+// CI run: "no row leased" while the relay kept up with the writer).
 func (s *stack) killInFlight(ps ...*syncProc) (*syncProc, int64) {
 	s.t.Helper()
-	var busy *syncProc
 	names := make([]string, len(ps))
 	for i, p := range ps {
 		names[i] = p.name
 	}
-	waitUntil(s.t, time.Minute, strings.Join(names, " or ")+" to hold a batch", func() (bool, string) {
-		for _, p := range ps {
-			if s.leasedBy(p.relayID) > 0 {
-				busy = p
-				return true, ""
-			}
-		}
-		c, err := s.counts()
-		if err != nil {
-			return false, "no row leased; " + err.Error()
-		}
-		return false, "no row leased; " + c.String() + s.writerState()
-	})
+	busy, detail := s.lookForBatch(ps)
+	if busy == nil {
+		s.t.Fatalf("timed out after %s waiting for %s to hold a batch; last: %s", inFlightTimeout, strings.Join(names, " or "), detail)
+	}
 	s.kill(busy)
 	inFlight := s.leasedBy(busy.relayID)
 	s.logf("%s died with %d rows in flight", busy.name, inFlight)
 	return busy, inFlight
+}
+
+const (
+	inFlightTimeout = time.Minute
+	inFlightLookMax = 20 * time.Millisecond
+)
+
+// lookForBatch returns the first of ps seen holding leased rows within
+// inFlightTimeout, or nil and what it saw last.
+func (s *stack) lookForBatch(ps []*syncProc) (*syncProc, string) {
+	deadline := time.Now().Add(inFlightTimeout)
+	for {
+		for _, p := range ps {
+			if s.leasedBy(p.relayID) > 0 {
+				return p, ""
+			}
+		}
+		if time.Now().After(deadline) {
+			c, err := s.counts()
+			if err != nil {
+				return nil, "no row leased; " + err.Error()
+			}
+			return nil, "no row leased; " + c.String() + s.writerState()
+		}
+		wait := time.NewTimer(time.Duration(1 + rand.Int64N(int64(inFlightLookMax))))
+		<-wait.C
+	}
 }
 
 func (p *syncProc) exitDescription() string {
