@@ -68,10 +68,11 @@ type Config struct {
 	// SyncThreads).
 	Threads int
 	// Background runs the model (onnx) on a thread of its own at the lowest
-	// CPU priority (nice 19 on Linux), one batch at a time, so that on a
-	// busy machine every other thread of the host goes first. Sync sets it:
-	// its stage embeds beside the relay, PostgreSQL and Neo4j (ADR 0029).
-	// Commands whose work waits for the model leave it unset.
+	// CPU priority (nice 19 on Linux), one batch at a time, so that the
+	// process's other threads go first: Linux shares the CPU between
+	// scheduling groups (a cgroup, an autogroup) and then by nice value
+	// within one. Sync sets it: its stage embeds beside the relay
+	// (ADR 0029). Commands whose work waits for the model leave it unset.
 	Background bool
 
 	// URL is the server's base URL, up to and including /v1 (openai):

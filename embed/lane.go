@@ -7,8 +7,8 @@ import "runtime"
 // lane runs functions one at a time on an operating-system thread of its
 // own whose CPU priority is the lowest (nice 19, lowerPriority). The model
 // runs there when Config.Background is set: sync's stage embeds beside the
-// relay, the projector, PostgreSQL and Neo4j, and on a busy machine their
-// work goes first, the model's backlog waits (ADR 0029). ONNX Runtime's
+// relay and the projector, whose threads then go first in the process's
+// share of the CPU, and the model's backlog waits (ADR 0029). ONNX Runtime's
 // intra-op threads start from the thread that creates the session, and a
 // new Linux thread takes its creator's nice value, so the session is created
 // on the lane too.
