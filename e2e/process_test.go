@@ -135,7 +135,7 @@ func (s *stack) kill(p *syncProc) {
 // the order given), SIGKILLs that one at once and returns it with how many
 // rows its lease still covers (the batch it died with).
 //
-// It looks at random intervals of up to inFlightLookMax, not on the tick:
+// It looks at random intervals of 2 to 20 ms, not on the tick:
 // a relay that has caught up polls every --poll-interval (100ms, the tick)
 // and holds each batch for a few ms of that period. Two tickers of one
 // period keep their phase, so a look on the tick that first fell between
@@ -159,6 +159,7 @@ func (s *stack) killInFlight(ps ...*syncProc) (*syncProc, int64) {
 
 const (
 	inFlightTimeout = time.Minute
+	inFlightLookMin = 2 * time.Millisecond
 	inFlightLookMax = 20 * time.Millisecond
 )
 
@@ -179,7 +180,7 @@ func (s *stack) lookForBatch(ps []*syncProc) (*syncProc, string) {
 			}
 			return nil, "no row leased; " + c.String() + s.writerState()
 		}
-		wait := time.NewTimer(time.Duration(1 + rand.Int64N(int64(inFlightLookMax))))
+		wait := time.NewTimer(inFlightLookMin + time.Duration(rand.Int64N(int64(inFlightLookMax-inFlightLookMin))))
 		<-wait.C
 	}
 }

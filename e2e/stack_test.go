@@ -332,7 +332,12 @@ func (s *stack) writerState() string {
 	if err := s.writer.err(); err != nil {
 		return "; the workload writer stopped: " + err.Error()
 	}
-	return "; the workload writer is running"
+	select {
+	case <-s.writer.done:
+		return "; the workload writer has finished"
+	default:
+		return "; the workload writer is running"
+	}
 }
 
 // waitCaughtUp waits until no row is pending: each is processed or in the

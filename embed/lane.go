@@ -24,17 +24,35 @@ type lane struct {
 func startLane() (l *lane, err error) {
 	l = &lane{calls: make(chan func()), done: make(chan struct{})}
 	started := make(chan error, 1)
-	go func() {
-		defer close(l.done)
-		// Never unlocked: the thread, with its priority, ends with the
-		// goroutine instead of going back to Go's pool.
-		runtime.LockOSThread()
-		started <- lowerPriority()
-		for call := range l.calls {
-			call()
-		}
-	}()
+	go l.serve(started, nil)
 	return l, <-started
+}
+
+// serve locks the goroutine to its thread for good (the thread, with its
+// priority, ends with the goroutine instead of going back to Go's pool),
+// lowers its priority and runs the calls. Go never ends the main thread
+// (it parks it), so a lane there would leave nice 19 on it, the thread
+// ps and renice show for the process: a serve that finds itself on the
+// main thread starts the lane again while it holds that thread, so the
+// new one lands elsewhere, then gives the main thread back. moved, when
+// set, is closed once this serve holds a thread that is not the main one.
+func (l *lane) serve(started chan<- error, moved chan<- struct{}) {
+	runtime.LockOSThread()
+	if onMainThread() {
+		elsewhere := make(chan struct{})
+		go l.serve(started, elsewhere)
+		<-elsewhere
+		runtime.UnlockOSThread()
+		return
+	}
+	if moved != nil {
+		close(moved)
+	}
+	defer close(l.done)
+	started <- lowerPriority()
+	for call := range l.calls {
+		call()
+	}
 }
 
 // do runs f on the lane's thread and returns when it has.

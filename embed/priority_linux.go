@@ -19,3 +19,7 @@ func lowerPriority() error {
 	}
 	return nil
 }
+
+// onMainThread reports whether the calling thread is the process's main
+// thread (its thread id is the process id).
+func onMainThread() bool { return syscall.Gettid() == syscall.Getpid() }

@@ -2,6 +2,15 @@
 
 package embed
 
-// lowerPriority does nothing outside Linux, where a thread's priority is
-// not its own: the model runs at the process's priority.
-func lowerPriority() error { return nil }
+import "errors"
+
+// lowerPriority cannot lower one thread's priority outside Linux (nice is
+// per thread only there), so the model runs at the process's priority and
+// sync says so at start.
+func lowerPriority() error {
+	return errors.New("embed: a thread of its own at nice 19 needs Linux; the model runs at the process's priority")
+}
+
+// onMainThread is false: outside Linux the lane's thread keeps the
+// process's priority, so the main thread has nothing to lose.
+func onMainThread() bool { return false }
