@@ -148,9 +148,8 @@ func openONNX(cfg Config) (_ Embedder, err error) {
 		}
 	}
 	var runs *lane
-	var priorityErr error
 	if cfg.Background {
-		runs, priorityErr = startLane()
+		runs = startLane()
 	}
 	var session *ort.DynamicAdvancedSession
 	newSession := func() {
@@ -166,6 +165,14 @@ func openONNX(cfg Config) (_ Embedder, err error) {
 			runs.stop()
 		}
 		return nil, corruptFileError(modelPath, err)
+	}
+	// Loaded: from now on the lane runs at the lowest priority. ONNX
+	// Runtime's intra-op threads (Threads > 1) started with the session, at
+	// the process's priority, and keep it; the lane's thread does its share
+	// of each run at nice 19.
+	var priorityErr error
+	if runs != nil {
+		priorityErr = runs.lower()
 	}
 	return &onnxEmbedder{
 		lane:        runs,
