@@ -76,8 +76,8 @@ type onnxEmbedder struct {
 	session   *ort.DynamicAdvancedSession
 	withTypes bool     // the model takes token_type_ids
 	inputs    []string // the model's input names, in its order
-	// lane, when Config.Background is set, is where the session was made
-	// and where it runs: one batch at a time, at the lowest CPU priority.
+	// lane, when Config.Background is set, is where the session runs: one
+	// batch at a time, at the lowest CPU priority.
 	lane *lane
 	// priorityErr says why the lane runs at the process's priority.
 	priorityErr error
@@ -147,32 +147,20 @@ func openONNX(cfg Config) (_ Embedder, err error) {
 			return nil, fmt.Errorf("ONNX Runtime threads: %w", err)
 		}
 	}
-	var runs *lane
-	if cfg.Background {
-		runs = startLane()
-	}
-	var session *ort.DynamicAdvancedSession
-	newSession := func() {
-		session, err = ort.NewDynamicAdvancedSession(modelPath, inputNames, []string{outputs[0].Name}, options)
-	}
-	if runs != nil {
-		runs.do(newSession)
-	} else {
-		newSession()
-	}
+	session, err := ort.NewDynamicAdvancedSession(modelPath, inputNames, []string{outputs[0].Name}, options)
 	if err != nil {
-		if runs != nil {
-			runs.stop()
-		}
 		return nil, corruptFileError(modelPath, err)
 	}
-	// Loaded: from now on the lane runs at the lowest priority. ONNX
-	// Runtime's intra-op threads (Threads > 1) started with the session, at
-	// the process's priority, and keep it; the lane's thread does its share
-	// of each run at nice 19.
+	// The model loads at the process's priority, then runs on the lane at
+	// the lowest: at nice 19 beside busy threads of its scheduling group
+	// the load took minutes, and sync starts only once the model is loaded.
+	// ONNX Runtime's intra-op threads (Threads > 1) started with the
+	// session and keep the process's priority; the lane's thread does its
+	// share of each run at nice 19.
+	var runs *lane
 	var priorityErr error
-	if runs != nil {
-		priorityErr = runs.lower()
+	if cfg.Background {
+		runs, priorityErr = startLane()
 	}
 	return &onnxEmbedder{
 		lane:        runs,
