@@ -8,7 +8,8 @@ import (
 )
 
 // backgroundNice is the nice value of the lane's thread: the lowest
-// priority, so that the CPU goes to every other thread that wants it first.
+// priority, so that the CPU goes first to every other thread of its
+// scheduling group that wants it.
 const backgroundNice = 19
 
 // lowerPriority sets the calling thread's nice value (Linux keeps one per
