@@ -143,47 +143,34 @@ func (s *stack) kill(p *syncProc) {
 // CI run: "no row leased" while the relay kept up with the writer).
 func (s *stack) killInFlight(ps ...*syncProc) (*syncProc, int64) {
 	s.t.Helper()
+	var busy *syncProc
 	names := make([]string, len(ps))
 	for i, p := range ps {
 		names[i] = p.name
 	}
-	busy, detail := s.lookForBatch(ps)
-	if busy == nil {
-		s.t.Fatalf("timed out after %s waiting for %s to hold a batch; last: %s", inFlightTimeout, strings.Join(names, " or "), detail)
+	randomLook := func() time.Duration {
+		return inFlightLookMin + time.Duration(rand.Int64N(int64(inFlightLookMax-inFlightLookMin)))
 	}
+	pollUntil(s.t, time.Minute, randomLook, strings.Join(names, " or ")+" to hold a batch", func() (bool, string) {
+		for _, p := range ps {
+			if s.leasedBy(p.relayID) > 0 {
+				busy = p
+				return true, ""
+			}
+		}
+		return false, "no row leased" + s.writerState()
+	})
 	s.kill(busy)
 	inFlight := s.leasedBy(busy.relayID)
 	s.logf("%s died with %d rows in flight", busy.name, inFlight)
 	return busy, inFlight
 }
 
+// Looks for a batch in flight are this far apart, at random.
 const (
-	inFlightTimeout = time.Minute
 	inFlightLookMin = 2 * time.Millisecond
 	inFlightLookMax = 20 * time.Millisecond
 )
-
-// lookForBatch returns the first of ps seen holding leased rows within
-// inFlightTimeout, or nil and what it saw last.
-func (s *stack) lookForBatch(ps []*syncProc) (*syncProc, string) {
-	deadline := time.Now().Add(inFlightTimeout)
-	for {
-		for _, p := range ps {
-			if s.leasedBy(p.relayID) > 0 {
-				return p, ""
-			}
-		}
-		if time.Now().After(deadline) {
-			c, err := s.counts()
-			if err != nil {
-				return nil, "no row leased; " + err.Error()
-			}
-			return nil, "no row leased; " + c.String() + s.writerState()
-		}
-		wait := time.NewTimer(inFlightLookMin + time.Duration(rand.Int64N(int64(inFlightLookMax-inFlightLookMin))))
-		<-wait.C
-	}
-}
 
 func (p *syncProc) exitDescription() string {
 	if p.running() {

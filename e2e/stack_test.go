@@ -245,19 +245,25 @@ func (s *stack) syncArgs(wake string) []string {
 // with cond's last description when timeout passes.
 func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
+	pollUntil(t, timeout, func() time.Duration { return tick }, what, cond)
+}
+
+// pollUntil is waitUntil with the wait before each next look from next.
+func pollUntil(t testing.TB, timeout time.Duration, next func() time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
-	ticker := time.NewTicker(tick)
-	defer ticker.Stop()
 	for {
 		done, detail := cond()
 		if done {
 			return
 		}
+		wait := time.NewTimer(next())
 		select {
 		case <-deadline.C:
+			wait.Stop()
 			t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, detail)
-		case <-ticker.C:
+		case <-wait.C:
 		}
 	}
 }

@@ -57,15 +57,7 @@ func TestBackgroundModelRunsAtTheLowestPriority(t *testing.T) {
 	if used := threadCPUTicks(t, lane) - cpuBefore; used < 1 {
 		t.Errorf("the lane used %d ticks of CPU while the model ran 8 texts; want the runs on it", used)
 	}
-	want, err := sharedEmbedder(t).Embed(context.Background(), texts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range texts {
-		if c := cosine(got[i], want[i]); c < 0.99999 {
-			t.Errorf("text %d: cosine %v to the embedder without Background", i, c)
-		}
-	}
+	sameAsLocalModel(t, texts, got)
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -139,6 +139,21 @@ var shared struct {
 	err  error
 }
 
+// sameAsLocalModel fails t unless got holds, for each of texts, the vector
+// the shared local embedder gives it (cosine at least 0.99999).
+func sameAsLocalModel(t *testing.T, texts []string, got [][]float32) {
+	t.Helper()
+	want, err := sharedEmbedder(t).Embed(context.Background(), texts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range texts {
+		if c := cosine(got[i], want[i]); c < 0.99999 {
+			t.Errorf("text %d: cosine %v to the local model's vector", i, c)
+		}
+	}
+}
+
 func sharedEmbedder(t testing.TB) Embedder {
 	t.Helper()
 	shared.once.Do(func() { shared.e, shared.err = Open(Config{ModelDir: modelDir(DefaultModel), BatchSize: 16}) })
