@@ -166,7 +166,9 @@ func (c Config) validate() error {
 		if c.URL == "" {
 			errs = append(errs, errors.New("--embedder openai needs --embed-url (the server's base URL, e.g. http://127.0.0.1:8080/v1)"))
 		} else if !strings.HasPrefix(c.URL, "http://") && !strings.HasPrefix(c.URL, "https://") {
-			errs = append(errs, fmt.Errorf("--embed-url %q: want an http:// or https:// URL", c.URL))
+			// The value itself is not echoed: a URL written without its
+			// scheme can still carry a user and password.
+			errs = append(errs, errors.New("--embed-url: want an http:// or https:// URL"))
 		}
 		if c.Model == "" {
 			errs = append(errs, errors.New("--embedder openai needs --embed-model (the model name the server serves)"))

@@ -36,6 +36,7 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		{Config{Kind: KindOpenAI, Model: "m"}, "needs --embed-url"},
 		{Config{Kind: KindOpenAI, URL: "http://h/v1"}, "needs --embed-model"},
 		{Config{Kind: KindOpenAI, URL: "ftp://h", Model: "m"}, "want an http:// or https:// URL"},
+		{Config{Kind: KindOpenAI, URL: "user:s3cret@h/v1", Model: "m"}, "want an http:// or https:// URL"},
 		{Config{MaxTokens: 1000}, "want 3 to 512"},
 		{Config{BatchSize: -1}, "batch size -1"},
 		{Config{Threads: -2}, "threads -2"},
@@ -44,6 +45,9 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		_, err := Open(tc.cfg)
 		if err == nil || !errors.Is(err, ErrConfig) || !IsStartError(err) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Open(%+v): %v, want ErrConfig with %q", tc.cfg, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Open(%+v): %v shows the URL's password", tc.cfg, err)
 		}
 	}
 }
