@@ -97,7 +97,7 @@ func RepairRelClearText(m graphmodel.Model, typ string) (string, error) {
 		return "", fmt.Errorf("repair: %q is not a Single relationship type of the model", typ)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "UNWIND $rows AS row\nMATCH (a:%s {%s: row.tenant_id, %s: row.from_id})\n", rt.From, graphmodel.KeyTenantID, graphmodel.KeyID)
+	fmt.Fprintf(&b, "UNWIND $rows AS row\nMATCH %s\n", endpointLookup("a", rt.From, "from_id"))
 	b.WriteString(lockNode("a"))
 	fmt.Fprintf(&b, "WITH a, row\nWHERE coalesce(a.%s, 0) <= row.version\n", graphmodel.PropVersion)
 	fmt.Fprintf(&b, "MATCH (a)-[r:%s]->(b)\nWHERE NOT (b:%s AND b.%s = row.tenant_id AND b.%s = row.to_id)\n",
@@ -123,8 +123,7 @@ func RepairRelText(m graphmodel.Model, typ string) (string, error) {
 		keys = append(keys, fmt.Sprintf("%s: row.props.%s", p.Key, p.Key))
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "UNWIND $rows AS row\nMATCH (a:%s {%s: row.tenant_id, %s: row.from_id})\nMATCH (b:%s {%s: row.tenant_id, %s: row.to_id})\n",
-		rt.From, graphmodel.KeyTenantID, graphmodel.KeyID, rt.To, graphmodel.KeyTenantID, graphmodel.KeyID)
+	fmt.Fprintf(&b, "UNWIND $rows AS row\nMATCH %s\nMATCH %s\n", endpointLookup("a", rt.From, "from_id"), endpointLookup("b", rt.To, "to_id"))
 	b.WriteString(lockNode(owner))
 	fmt.Fprintf(&b, "WITH a, b, row\nWHERE coalesce(%s.%s, 0) <= row.version\n", owner, graphmodel.PropVersion)
 	fmt.Fprintf(&b, "MERGE (a)-[r:%s {%s}]->(b)\n", rt.Type, strings.Join(keys, ", "))

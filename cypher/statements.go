@@ -250,12 +250,31 @@ func endpoint(label, idField string) string {
 	return fmt.Sprintf("%s {%s: row.tenant_id, %s: row.%s}", label, graphmodel.KeyTenantID, graphmodel.KeyID, idField)
 }
 
+// endpointLookup is a MATCH pattern for variable v, a relationship's end of
+// label whose id is the row's idField, sought in the index on id alone,
+// without a lock: the lock is the relationship MERGE's (ADR 0003, stop 24).
+// The seek is named because the planner, left to statistics taken while a
+// rebuild filled an emptied graph (an index sampled empty beside a label
+// count of thousands), scanned an index for every row instead (USING INDEX
+// alone did not prevent it: the scan used the named index), and the batch
+// keeps its cached plan (replan=skip): replay chunks of a second took 10 to
+// 37 s (ADR 0030).
+func endpointLookup(v, label, idField string) string {
+	return fmt.Sprintf("(%s:%s) %s", v, endpoint(label, idField), idSeekHint(v, label))
+}
+
+// idSeekHint asks for a seek of the index on id alone for variable v of
+// label.
+func idSeekHint(v, label string) string {
+	return fmt.Sprintf("USING INDEX SEEK %s:%s(%s)", v, label, graphmodel.KeyID)
+}
+
 // relClearText removes a Single relationship's stale edges, but only where the
 // From node was just written by the row's event. It is a statement of its own
 // so that no statement both deletes and merges the same type (an Eager plan).
 func relClearText(r graphmodel.Relationship) string {
-	return fmt.Sprintf("UNWIND $rows AS row\nMATCH (a:%s)-[r:%s]->(b:%s)\nWHERE a.%s = row.outbox_id AND (row.to_id IS NULL OR b.%s <> row.to_id)\nDELETE r",
-		endpoint(r.From, "from_id"), r.Type, r.To, graphmodel.PropOutboxID, graphmodel.KeyID)
+	return fmt.Sprintf("UNWIND $rows AS row\nMATCH (a:%s)-[r:%s]->(b:%s) %s\nWHERE a.%s = row.outbox_id AND (row.to_id IS NULL OR b.%s <> row.to_id)\nDELETE r",
+		endpoint(r.From, "from_id"), r.Type, r.To, idSeekHint("a", r.From), graphmodel.PropOutboxID, graphmodel.KeyID)
 }
 
 // relMergeText merges a relationship from the row's event. A Single one is
@@ -268,11 +287,11 @@ func relClearText(r graphmodel.Relationship) string {
 func relMergeText(r graphmodel.Relationship) string {
 	var sb strings.Builder
 	sb.WriteString("UNWIND $rows AS row\n")
-	fmt.Fprintf(&sb, "MATCH (a:%s)\n", endpoint(r.From, "from_id"))
+	fmt.Fprintf(&sb, "MATCH %s\n", endpointLookup("a", r.From, "from_id"))
 	if r.Single {
 		fmt.Fprintf(&sb, "WHERE a.%s = row.outbox_id\n", graphmodel.PropOutboxID)
 	}
-	fmt.Fprintf(&sb, "MATCH (b:%s)\n", endpoint(r.To, "to_id"))
+	fmt.Fprintf(&sb, "MATCH %s\n", endpointLookup("b", r.To, "to_id"))
 	key := []string{fmt.Sprintf("%[1]s: row.%[1]s", graphmodel.KeyTenantID)}
 	for _, p := range r.Key {
 		key = append(key, fmt.Sprintf("%[1]s: row.props.%[1]s", p.Key))

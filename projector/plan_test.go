@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"fmt"
 	"reflect"
 	"unsafe"
 
@@ -9,28 +10,44 @@ import (
 )
 
 // planOperators lists every operator of an EXPLAIN plan, depth first.
+func planOperators(plan neo4j.Plan) []string {
+	var ops []string
+	walkPlan(plan, func(p *db.Plan) { ops = append(ops, p.Operator) })
+	return ops
+}
+
+// planSteps lists every operator of an EXPLAIN plan with its details
+// ("NodeIndexSeek@neo4j RANGE INDEX a:Product(id) WHERE id = row.from_id"),
+// depth first.
+func planSteps(plan neo4j.Plan) []string {
+	var steps []string
+	walkPlan(plan, func(p *db.Plan) { steps = append(steps, fmt.Sprintf("%s %v", p.Operator, p.Arguments["Details"])) })
+	return steps
+}
+
+// walkPlan visits every operator of plan, depth first.
 //
 // The driver's Plan.Children (v5.28, a module on go 1.18 semantics) takes the
 // address of its range variable, so every child it returns is the last one
 // and an Apply's left side is lost. The operators are therefore read from the
 // db.Plan the wrapper holds, whose Children slice is right.
-func planOperators(plan neo4j.Plan) []string {
+func walkPlan(plan neo4j.Plan, visit func(*db.Plan)) {
 	if plan == nil {
-		return nil
+		return
 	}
 	v := reflect.ValueOf(plan)
 	if v.Kind() == reflect.Pointer && v.Elem().Kind() == reflect.Struct {
 		if field := v.Elem().FieldByName("plan"); field.IsValid() && field.Type() == reflect.TypeOf((*db.Plan)(nil)) {
-			return dbPlanOperators((*db.Plan)(unsafe.Pointer(field.Pointer())))
+			walkDBPlan((*db.Plan)(unsafe.Pointer(field.Pointer())), visit)
+			return
 		}
 	}
-	panic("planOperators: the driver's Plan no longer wraps a *db.Plan; use Children() if its aliasing bug is fixed")
+	panic("walkPlan: the driver's Plan no longer wraps a *db.Plan; use Children() if its aliasing bug is fixed")
 }
 
-func dbPlanOperators(plan *db.Plan) []string {
-	ops := []string{plan.Operator}
+func walkDBPlan(plan *db.Plan, visit func(*db.Plan)) {
+	visit(plan)
 	for k := range plan.Children {
-		ops = append(ops, dbPlanOperators(&plan.Children[k])...)
+		walkDBPlan(&plan.Children[k], visit)
 	}
-	return ops
 }
