@@ -252,13 +252,14 @@ func endpoint(label, idField string) string {
 
 // endpointLookup is a MATCH pattern for variable v, a relationship's end of
 // label whose id is the row's idField, sought in the index on id alone,
-// without a lock: the lock is the relationship MERGE's (ADR 0003, stop 24).
-// The seek is named because the planner, left to statistics taken while a
-// rebuild filled an emptied graph (an index sampled empty beside a label
-// count of thousands), scanned an index for every row instead (USING INDEX
-// alone did not prevent it: the scan used the named index), and the batch
-// keeps its cached plan (replan=skip): replay chunks of a second took 10 to
-// 37 s (ADR 0030).
+// without a lock: the lock comes after the read, the relationship MERGE's
+// or a repair clear's on its node (ADR 0003, stop 24). The seek is named
+// because the planner, left to statistics taken while a rebuild filled an
+// emptied graph (an index sampled empty beside a label count of tens of
+// thousands), scanned an index for every row instead (USING INDEX alone
+// did not prevent it: the scan used the named index), and the batch keeps
+// its cached plan (replan=skip): replay chunks of a second took 10 to 37 s
+// (ADR 0030).
 func endpointLookup(v, label, idField string) string {
 	return fmt.Sprintf("(%s:%s) %s", v, endpoint(label, idField), idSeekHint(v, label))
 }

@@ -304,7 +304,7 @@ func TestKeyLookupsTakeTheKeysLock(t *testing.T) {
 // A relationship statement reads both its ends by their id, and its plan
 // must not depend on Neo4j's statistics: the batch keeps its cached plan
 // (replan=skip), and a plan made while a rebuild filled an emptied graph (an
-// index sampled empty beside a label count of thousands) scanned the key's
+// index sampled empty beside a label count of tens of thousands) scanned an
 // index for every row, so that a replay chunk of a second took 10 to 37 s
 // (ADR 0030). Every end is read through the index on id alone by a seek the
 // statement asks for (USING INDEX SEEK: with USING INDEX, that plan scanned
