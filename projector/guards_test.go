@@ -275,14 +275,11 @@ func TestKeyLookupsTakeTheKeysLock(t *testing.T) {
 			t.Fatalf("%s: %d statements read its tombstone, want 4 (delete, upsert, repair, removal)", l.Name, len(texts))
 		}
 		for _, text := range texts {
-			res, err := neo4j.ExecuteQuery(context.Background(), driver, "EXPLAIN "+text, map[string]any{"rows": []any{}}, neo4j.EagerResultTransformer)
-			if err != nil {
-				t.Fatalf("EXPLAIN %s: %v", text, err)
-			}
+			plan := explainOnNoRows(t, driver, text)
 			// Each statement reads or merges two keys (the tombstone's and
 			// the node's), each by a locking seek of its own.
 			locking := 0
-			for _, op := range planOperators(res.Summary.Plan()) {
+			for _, op := range planOperators(plan) {
 				switch {
 				case op == "NodeUniqueIndexSeek(Locking)@neo4j":
 					locking++
@@ -326,29 +323,28 @@ func TestRelationshipEndsSeekTheIDIndex(t *testing.T) {
 			texts = append(texts, text) // a Single relationship's clear, every merge
 		}
 	}
+	want := 0 // a merge and a repair of each type, a clear and a repair clear of each Single one
 	for _, r := range model.Relationships {
+		want += 2
 		text, err := cypher.RepairRelText(model, r.Type)
 		if err != nil {
 			t.Fatal(err)
 		}
 		texts = append(texts, text)
 		if r.Single {
+			want += 2
 			if text, err = cypher.RepairRelClearText(model, r.Type); err != nil {
 				t.Fatal(err)
 			}
 			texts = append(texts, text)
 		}
 	}
-	if want := 2*len(model.Relationships) + 2*singles(model); len(texts) != want {
+	if len(texts) != want {
 		t.Fatalf("%d relationship statements, want %d (a merge and a repair of each type, a clear and a repair clear of each Single one)", len(texts), want)
 	}
 	for _, text := range texts {
-		res, err := neo4j.ExecuteQuery(context.Background(), driver, "EXPLAIN "+text, map[string]any{"rows": []any{}}, neo4j.EagerResultTransformer)
-		if err != nil {
-			t.Fatalf("EXPLAIN %s: %v", text, err)
-		}
 		seeks := 0
-		for _, step := range planSteps(res.Summary.Plan()) {
+		for _, step := range planSteps(explainOnNoRows(t, driver, text)) {
 			switch {
 			case strings.HasPrefix(step, "NodeIndexSeek@") && strings.Contains(step, "(id) WHERE id = row."):
 				seeks++
@@ -364,16 +360,6 @@ func TestRelationshipEndsSeekTheIDIndex(t *testing.T) {
 			t.Errorf("statement asks for %d seeks, want %d (one for each end it reads):\n%s", asked, ends, text)
 		}
 	}
-}
-
-func singles(m graphmodel.Model) int {
-	n := 0
-	for _, r := range m.Relationships {
-		if r.Single {
-			n++
-		}
-	}
-	return n
 }
 
 // A repair writes the rows' state, which no event wrote: a replay of the

@@ -1,8 +1,10 @@
 package projector
 
 import (
+	"context"
 	"fmt"
 	"reflect"
+	"testing"
 	"unsafe"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
@@ -50,4 +52,15 @@ func walkDBPlan(plan *db.Plan, visit func(*db.Plan)) {
 	for k := range plan.Children {
 		walkDBPlan(&plan.Children[k], visit)
 	}
+}
+
+// explainOnNoRows is the EXPLAIN plan of a statement that unwinds $rows,
+// planned on an empty list (it reads and writes nothing).
+func explainOnNoRows(t *testing.T, driver neo4j.DriverWithContext, text string) neo4j.Plan {
+	t.Helper()
+	res, err := neo4j.ExecuteQuery(context.Background(), driver, "EXPLAIN "+text, map[string]any{"rows": []any{}}, neo4j.EagerResultTransformer)
+	if err != nil {
+		t.Fatalf("EXPLAIN %s: %v", text, err)
+	}
+	return res.Summary.Plan()
 }
