@@ -352,6 +352,14 @@ func overlaps(spans [][]int, m []int) bool {
 // PersonalData names the personal data text holds ("an e-mail address", "a
 // phone number"), or returns "" for none.
 func PersonalData(text string) string {
+	if !mayHoldPersonalData(text) {
+		return ""
+	}
+	return matchPersonalData(text)
+}
+
+// matchPersonalData is PersonalData by the patterns alone.
+func matchPersonalData(text string) string {
 	switch {
 	case emailLike.MatchString(text):
 		return "an e-mail address"
@@ -467,19 +475,24 @@ func maskedProps(props map[string]any, allowlist []Property) map[string]any {
 }
 
 // mayHoldPersonalData is a cheap test that lets most text skip the patterns:
-// an address needs an @, and the shortest phone number the patterns match
-// has six digits (\d is ASCII in Go's regexp).
+// an address needs an @; every phone number the patterns match has six
+// digits or more (\d is ASCII in Go's regexp) and, besides digits and
+// letters, a +, a bracket, a slash or a separator (phoneSep) between its
+// groups. A hex digest, a SKU or a word without either passes.
 func mayHoldPersonalData(text string) bool {
 	if strings.IndexByte(text, '@') >= 0 {
 		return true
 	}
-	digits := 0
-	for i := 0; i < len(text); i++ {
-		if text[i] >= '0' && text[i] <= '9' {
+	digits, joined := 0, false
+	for _, r := range text {
+		switch {
+		case r >= '0' && r <= '9':
 			digits++
-			if digits >= minPhoneDigits {
-				return true
-			}
+		case r == '+', r == '(', r == '/', r == '.', r == '-', unicode.IsSpace(r), unicode.Is(unicode.Z, r):
+			joined = true
+		}
+		if digits >= minPhoneDigits && joined {
+			return true
 		}
 	}
 	return false

@@ -1,6 +1,7 @@
 package graphmodel
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -89,20 +90,48 @@ func TestPersonalData(t *testing.T) {
 }
 
 // The cheap test in front of the patterns never lets personal data through:
-// every text the patterns match passes it, down to the shortest number.
+// every text the patterns match passes it, down to the shortest number, in
+// the cases above and in random text made of digits, separators, brackets
+// and letters; what it lets skip (a digest, a SKU) is what it is for.
 func TestMayHoldPersonalDataKeepsEveryMatch(t *testing.T) {
-	for _, text := range []string{"+1 2 34 56", "(01) 234 567", "555-123-4567", "a@b.de", "+44 20 7946 0958"} {
-		if PersonalData(text) != "" && !mayHoldPersonalData(text) {
-			t.Errorf("%q holds %s, but the cheap test skips it", text, PersonalData(text))
+	for _, text := range []string{"+1 2 34 56", "(01) 234 567", "555-123-4567", "a@b.de", "+44 20 7946 0958",
+		"call +44 20 7946 0958 after six", "Tel. 030/1234567", "pasted +44\u00a020\u00a07946\u00a00958",
+		"tabbed 555\v123\v4567 or 555\u2009123\u20094567", "Berlin 0049 30 12345678", "06.12.34.56.78"} {
+		if matchPersonalData(text) == "" {
+			t.Errorf("%q: the patterns no longer match it; pick another case", text)
+		}
+		if !mayHoldPersonalData(text) {
+			t.Errorf("%q holds %s, but the cheap test skips it", text, matchPersonalData(text))
 		}
 	}
 	if PersonalData("+1 2 34 56") == "" {
 		t.Fatal("the shortest phone number minPhoneDigits assumes no longer matches: update it")
 	}
-	for _, text := range []string{"+1 2 34 5", "SKU-12345", "no digits here"} {
-		if PersonalData(text) != "" || mayHoldPersonalData(text) {
-			t.Errorf("%q: PersonalData %q, cheap test %v; want neither", text, PersonalData(text), mayHoldPersonalData(text))
+	for _, text := range []string{"+1 2 34 5", "SKU-12345", "no digits here", "0612345678",
+		EmbeddingHash("sentence-transformers/all-MiniLM-L6-v2", "A mug, 350 ml")} {
+		if matchPersonalData(text) != "" || mayHoldPersonalData(text) {
+			t.Errorf("%q: patterns %q, cheap test %v; want neither", text, matchPersonalData(text), mayHoldPersonalData(text))
 		}
+	}
+	alphabet := []rune("0000000000123456789+()/.- \u00a0\u2009\v\t@abTel")
+	rng := rand.New(rand.NewPCG(1, 2))
+	matched := 0
+	for range 200000 {
+		text := make([]rune, 6+rng.IntN(20))
+		for i := range text {
+			text[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		what := matchPersonalData(string(text))
+		if what == "" {
+			continue
+		}
+		matched++
+		if !mayHoldPersonalData(string(text)) {
+			t.Fatalf("%q holds %s, but the cheap test skips it", string(text), what)
+		}
+	}
+	if matched < 1000 {
+		t.Fatalf("only %d random texts held personal data: the test proves little", matched)
 	}
 }
 
