@@ -484,12 +484,16 @@ func mayHoldPersonalData(text string) bool {
 		return true
 	}
 	digits, joined := 0, false
-	for _, r := range text {
-		switch {
-		case r >= '0' && r <= '9':
+	for i := 0; i < len(text); i++ {
+		switch c := text[i]; {
+		case c >= '0' && c <= '9':
 			digits++
-		case r == '+', r == '(', r == '/', r == '.', r == '-', unicode.IsSpace(r), unicode.Is(unicode.Z, r):
+		case c == '+', c == '(', c == '/', c == '.', c == '-', c == ' ', c >= '\t' && c <= '\r':
 			joined = true
+		case c >= utf8.RuneSelf && !joined:
+			r, size := utf8.DecodeRuneInString(text[i:])
+			joined = unicode.IsSpace(r) || unicode.Is(unicode.Z, r)
+			i += size - 1
 		}
 		if digits >= minPhoneDigits && joined {
 			return true
