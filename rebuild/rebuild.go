@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"graphsync/drift"
+	"graphsync/embed/stage"
 	"graphsync/graphmodel"
 	"graphsync/projector"
 	gsql "graphsync/sql"
@@ -156,12 +157,14 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 	b.log.Info("rebuild", zap.String("source", string(res.Source)), zap.String("why", res.Why), zap.Int64("tenant", b.cfg.TenantID))
 	if cp.phase == phaseBase {
 		baseStart := time.Now()
+		stopEmbedding := b.embedBeside(ctx, res)
 		switch res.Source {
 		case SourceReplay:
 			err = b.replay(ctx, cp, res)
 		default:
 			err = b.snapshot(ctx, cp, tenants, res)
 		}
+		stopEmbedding()
 		if err != nil {
 			return res, err
 		}
@@ -173,7 +176,8 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 	}
 	res.Done, res.Chunks = cp.done, cp.chunks
 	// Vectors before the sweep: the replay's projector queued every product
-	// it wrote, so the sweep then finds their vectors current, and a sweep
+	// it wrote (most have their vector by now, written beside the base), so
+	// the sweep then finds their vectors current, and a sweep
 	// that repairs nothing is the final check (no second pass for the
 	// vectors). What the sweep queues (a snapshot writes no marks, a
 	// repaired text) is embedded after it, and checked again.
@@ -234,6 +238,27 @@ func checkSequenceCache(ctx context.Context, pool *pgxpool.Pool) error {
 			"run ALTER TABLE outbox_messages ALTER COLUMN id SET CACHE 1, or rebuild with --source replay", ErrSequenceCached, cache)
 	}
 	return nil
+}
+
+// embedBeside runs the embedding stage's rounds beside the base, when the
+// rebuild writes vectors: the replay's projector queues every product it
+// writes, and their vectors are written while the replay goes on rather
+// than all after it (ADR 0031). The guards keep it safe, as beside sync:
+// a vector is written only where the node still holds its text. Failures
+// are retried as in sync; the drain after the base has the last word. The
+// returned func stops the rounds and adds what they did to res.
+func (b *Rebuilder) embedBeside(ctx context.Context, res *Result) (stop func()) {
+	if b.cfg.Embedding == nil {
+		return func() {}
+	}
+	stopCh, done := make(chan struct{}), make(chan stage.Round, 1)
+	go func() { done <- b.cfg.Embedding.Beside(ctx, stopCh) }()
+	return func() {
+		close(stopCh)
+		round := <-done
+		res.Embedded += round.Embedded
+		res.EmbeddedFromCache += round.Cached
+	}
 }
 
 // embed drains the embedding stage's backlog of the scope, when the

@@ -169,12 +169,28 @@ func (r *Round) add(o Round) {
 // the cache or Neo4j are counted, logged and retried with backoff; they
 // never end Run, and nothing in sync waits for it.
 func (s *Stage) Run(ctx context.Context) error {
+	s.run(ctx, nil)
+	return nil
+}
+
+// Beside runs rounds as Run does until ctx is done or stop is closed, and
+// returns what they did (its Refused counts refusals, not distinct nodes).
+// The rebuild runs it beside its base, whose projector queues the nodes it
+// writes, and calls Drain after it.
+func (s *Stage) Beside(ctx context.Context, stop <-chan struct{}) Round {
+	return s.run(ctx, stop)
+}
+
+// run is Run, ending also when stop is closed; it returns what its rounds
+// did.
+func (s *Stage) run(ctx context.Context, stop <-chan struct{}) (total Round) {
 	wait := time.Duration(0)
 	for {
 		round, err := s.RunOnce(ctx)
+		total.add(round)
 		switch {
 		case ctx.Err() != nil:
-			return nil
+			return total
 		case err != nil:
 			if wait == 0 {
 				wait = s.cfg.Backoff
@@ -203,8 +219,16 @@ func (s *Stage) Run(ctx context.Context) error {
 		if wait > 0 {
 			select {
 			case <-ctx.Done():
-				return nil
+				return total
+			case <-stop:
+				return total
 			case <-time.After(wait):
+			}
+		} else {
+			select {
+			case <-stop:
+				return total
+			default:
 			}
 		}
 	}

@@ -601,3 +601,33 @@ CREATE (n:Product {tenant_id: $tenant, id: $base + i}) SET n[$property] = [x IN 
 		t.Fatalf("index after the second wait: %v, %v", err, res)
 	}
 }
+
+// Beside (the rebuild runs it beside its base) writes what the projector
+// queues while it runs, returns what its rounds did, and ends when stop is
+// closed, also while it waits with nothing pending.
+func TestBesideWritesWhileRunningAndEndsWhenStopped(t *testing.T) {
+	w := newWorld(t)
+	s := w.stage(stage.Config{Idle: time.Hour, Backoff: time.Hour, BackoffMax: time.Hour})
+	w.deliver(events.ProductCreated{ProductState: productState(w.id(1), 1, "Kettle", "Boils water fast", 2999)},
+		events.ProductCreated{ProductState: productState(w.id(2), 1, "Teapot", "Porcelain, 1 l", 1999)})
+	stop, done := make(chan struct{}), make(chan stage.Round, 1)
+	go func() { done <- s.Beside(w.ctx, stop) }()
+	deadline := time.Now().Add(time.Minute)
+	for w.node(w.id(1)).pending || w.node(w.id(2)).pending {
+		if time.Now().After(deadline) {
+			t.Fatal("Beside wrote no vectors in a minute")
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+	}
+	close(stop)
+	select {
+	case r := <-done:
+		if r.Written != 2 || r.Embedded != 2 {
+			t.Fatalf("Beside returned %+v, want 2 embedded and written", r)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Beside did not end within a minute of stop (its idle wait is an hour)")
+	}
+	w.current(w.id(1))
+	w.current(w.id(2))
+}
