@@ -478,7 +478,8 @@ func maskedProps(props map[string]any, allowlist []Property) map[string]any {
 // an address needs an @; every phone number the patterns match has six
 // digits or more (\d is ASCII in Go's regexp) and, besides digits and
 // letters, a +, a bracket, a slash or a separator (phoneSep) between its
-// groups. A hex digest, a SKU or a word without either passes.
+// groups. A hex digest, a word, or a SKU with fewer than six digits skips
+// the patterns.
 func mayHoldPersonalData(text string) bool {
 	if strings.IndexByte(text, '@') >= 0 {
 		return true

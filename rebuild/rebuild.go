@@ -40,8 +40,10 @@ type Result struct {
 	// none of their later events were applied either (counted in
 	// NotApplied); the sweep re-projects them from the rows.
 	GivenUp []string
-	// Embedded and EmbeddedFromCache count the distinct texts whose vectors
-	// the embedder computed and the cache gave (Config.Embedding).
+	// Embedded and EmbeddedFromCache count the texts whose vectors the
+	// embedder computed and the cache gave (Config.Embedding), distinct in
+	// each round of the stage and summed over its rounds (beside the replay
+	// and after the base).
 	Embedded, EmbeddedFromCache int
 	// EmbeddingRefused counts the products whose text the embedder
 	// refused: skipped, left pending, reported by the final drift check.
@@ -157,18 +159,19 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 	b.log.Info("rebuild", zap.String("source", string(res.Source)), zap.String("why", res.Why), zap.Int64("tenant", b.cfg.TenantID))
 	if cp.phase == phaseBase {
 		baseStart := time.Now()
-		stopEmbedding := b.embedBeside(ctx, res)
 		switch res.Source {
 		case SourceReplay:
+			stopEmbedding := b.embedBeside(ctx, res)
 			err = b.replay(ctx, cp, res)
+			res.BaseTook = time.Since(baseStart)
+			stopEmbedding()
 		default:
 			err = b.snapshot(ctx, cp, tenants, res)
+			res.BaseTook = time.Since(baseStart)
 		}
-		stopEmbedding()
 		if err != nil {
 			return res, err
 		}
-		res.BaseTook = time.Since(baseStart)
 		cp.phase = phaseSweep
 		if err := cp.store(ctx, b.pool); err != nil {
 			return res, err
@@ -176,7 +179,7 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 	}
 	res.Done, res.Chunks = cp.done, cp.chunks
 	// Vectors before the sweep: the replay's projector queued every product
-	// it wrote (most have their vector by now, written beside the base), so
+	// it wrote (most have their vector by now, written beside the replay), so
 	// the sweep then finds their vectors current, and a sweep
 	// that repairs nothing is the final check (no second pass for the
 	// vectors). What the sweep queues (a snapshot writes no marks, a
@@ -240,10 +243,11 @@ func checkSequenceCache(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-// embedBeside runs the embedding stage's rounds beside the base, when the
+// embedBeside runs the embedding stage's rounds beside the replay, when the
 // rebuild writes vectors: the replay's projector queues every product it
 // writes, and their vectors are written while the replay goes on rather
-// than all after it (ADR 0031). The guards keep it safe, as beside sync:
+// than all after it (ADR 0031). A snapshot writes no marks: nothing to run
+// beside it. The guards keep it safe, as beside sync:
 // a vector is written only where the node still holds its text. Failures
 // are retried as in sync; the drain after the base has the last word. The
 // returned func stops the rounds and adds what they did to res.

@@ -72,8 +72,8 @@ func (c Config) validate() error {
 	return nil
 }
 
-// Stage embeds pending nodes. It is safe for one Run at a time; RunOnce
-// and Drain may be called when Run is not running.
+// Stage embeds pending nodes. It is safe for one Run (or Beside) at a time;
+// RunOnce and Drain may be called when neither is running.
 type Stage struct {
 	driver   neo4j.DriverWithContext
 	cache    *Cache // nil: no cache
@@ -175,7 +175,7 @@ func (s *Stage) Run(ctx context.Context) error {
 
 // Beside runs rounds as Run does until ctx is done or stop is closed, and
 // returns what they did (its Refused counts refusals, not distinct nodes).
-// The rebuild runs it beside its base, whose projector queues the nodes it
+// The rebuild runs it beside a replay, whose projector queues the nodes it
 // writes, and calls Drain after it.
 func (s *Stage) Beside(ctx context.Context, stop <-chan struct{}) Round {
 	return s.run(ctx, stop)

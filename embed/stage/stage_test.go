@@ -602,7 +602,7 @@ CREATE (n:Product {tenant_id: $tenant, id: $base + i}) SET n[$property] = [x IN 
 	}
 }
 
-// Beside (the rebuild runs it beside its base) writes what the projector
+// Beside (the rebuild runs it beside a replay) writes what the projector
 // queues while it runs, returns what its rounds did, and ends when stop is
 // closed, also while it waits with nothing pending.
 func TestBesideWritesWhileRunningAndEndsWhenStopped(t *testing.T) {
