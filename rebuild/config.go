@@ -87,10 +87,11 @@ type Config struct {
 	// Embedding, when set, makes the rebuild write vectors: the stage runs
 	// its rounds beside a replay (whose projector queues every product it
 	// writes; ADR 0031), drains the scope's backlog (from the cache first)
-	// after the base phase, and again after a sweep that repaired something
-	// (it queues every node without a current vector), and the drift
-	// checks compare vectors too (ADR 0023). Sink must then be a projector with the stage's embedding
-	// model. Default: nil, no vectors.
+	// after the base phase, and again after a sweep that repaired
+	// something (it queues every node without a current vector), and the
+	// drift checks compare vectors too (ADR 0023). Sink must then be a
+	// projector with the stage's embedding model. Default: nil, no
+	// vectors.
 	Embedding *stage.Stage
 }
 

@@ -179,11 +179,11 @@ func (b *Rebuilder) Run(ctx context.Context) (*Result, error) {
 	}
 	res.Done, res.Chunks = cp.done, cp.chunks
 	// Vectors before the sweep: the replay's projector queued every product
-	// it wrote (most have their vector by now, written beside the replay), so
-	// the sweep then finds their vectors current, and a sweep
-	// that repairs nothing is the final check (no second pass for the
-	// vectors). What the sweep queues (a snapshot writes no marks, a
-	// repaired text) is embedded after it, and checked again.
+	// it wrote (most have their vector by now, written beside the replay),
+	// so the sweep then finds their vectors current, and a sweep that
+	// repairs nothing is the final check (no second pass for the vectors).
+	// What the sweep queues (a snapshot writes no marks, a repaired text) is
+	// embedded after it, and checked again.
 	if err := b.embed(ctx, cp, res, resumed); err != nil {
 		return res, err
 	}
@@ -247,10 +247,11 @@ func checkSequenceCache(ctx context.Context, pool *pgxpool.Pool) error {
 // rebuild writes vectors: the replay's projector queues every product it
 // writes, and their vectors are written while the replay goes on rather
 // than all after it (ADR 0031). A snapshot writes no marks: nothing to run
-// beside it. The guards keep it safe, as beside sync:
-// a vector is written only where the node still holds its text. Failures
-// are retried as in sync; the drain after the base has the last word. The
-// returned func stops the rounds and adds what they did to res.
+// beside it. The guards keep it safe, as beside sync: a vector is written
+// only where the node still holds its text. Failures are retried as in
+// sync; the drain after the base has the last word. The returned func
+// stops the rounds (waiting for the one in flight) and adds what they did
+// to res.
 func (b *Rebuilder) embedBeside(ctx context.Context, res *Result) (stop func()) {
 	if b.cfg.Embedding == nil {
 		return func() {}
