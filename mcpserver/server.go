@@ -368,12 +368,22 @@ func (s *Server) safeError(ctx context.Context, tool string, c Caller, err error
 		return toolError{"not found: no node with this key in this shop's graph"}
 	case errors.Is(err, retrieve.ErrUnknownTenant):
 		return toolError{"this shop's graph is empty: nothing has been synced into it yet"}
-	case ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded):
+	case ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || deadlinePassed(ctx):
 		return toolError{fmt.Sprintf("the graph did not answer within %s; try again later, or with a smaller top_k or hops", s.cfg.CallTimeout)}
 	}
 	s.cfg.Logger.Warn("mcp tool failed", zap.String("tool", tool), zap.String("token_id", c.TokenID),
 		zap.Int64("tenant_id", c.TenantID), zap.String("error", redact.Text(err.Error())))
 	return toolError{"the graph could not be read; the server's log has the details"}
+}
+
+// deadlinePassed reports whether ctx's deadline has passed. The driver
+// sets its socket's deadline from the call's, and when that fires first it
+// returns an i/o timeout while the context's own timer has not yet
+// cancelled it: on a loaded machine the gap is milliseconds, and the
+// timeout would read as a broken graph.
+func deadlinePassed(ctx context.Context) bool {
+	deadline, ok := ctx.Deadline()
+	return ok && !time.Now().Before(deadline)
 }
 
 func (s *Server) acquire(ctx context.Context, tokenID string) error {

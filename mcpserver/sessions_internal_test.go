@@ -2,13 +2,16 @@ package mcpserver
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
 )
 
 // A first POST that is not an initialize (the Go SDK 1.8 client probes
@@ -77,5 +80,27 @@ func TestProbeSessionsTakeNoPlace(t *testing.T) {
 	t.Cleanup(func() { _ = session.Close() })
 	if got := places(); got != 1 {
 		t.Errorf("an open session holds %d places, want 1", got)
+	}
+}
+
+// pastDeadline is a call's context whose deadline has passed while its
+// timer has not cancelled it yet: what a loaded machine shows between the
+// driver's socket deadline firing and the context's own.
+type pastDeadline struct{ context.Context }
+
+func (pastDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+func (pastDeadline) Err() error                  { return nil }
+
+// A driver's i/o timeout at the call's deadline is said as a timeout,
+// also before the context knows it is done; without a deadline passed the
+// same error is a graph that could not be read.
+func TestTimeoutAtTheDeadlineIsSaidAsOne(t *testing.T) {
+	s := &Server{cfg: Config{Logger: zap.NewNop(), CallTimeout: 1500 * time.Millisecond}}
+	ioTimeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	if got := s.safeError(pastDeadline{context.Background()}, "graph_context", Caller{}, ioTimeout).Error(); !strings.Contains(got, "did not answer within 1.5s") {
+		t.Errorf("an i/o timeout at the deadline: %q, want a timeout", got)
+	}
+	if got := s.safeError(context.Background(), "graph_context", Caller{}, ioTimeout).Error(); !strings.Contains(got, "could not be read") {
+		t.Errorf("an i/o timeout with no deadline passed: %q, want a graph that could not be read", got)
 	}
 }
