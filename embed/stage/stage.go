@@ -216,6 +216,11 @@ func (s *Stage) run(ctx context.Context, stop <-chan struct{}) (total Round) {
 		default:
 			wait = 0
 		}
+		select {
+		case <-stop:
+			return total
+		default:
+		}
 		if wait > 0 {
 			select {
 			case <-ctx.Done():
@@ -223,12 +228,6 @@ func (s *Stage) run(ctx context.Context, stop <-chan struct{}) (total Round) {
 			case <-stop:
 				return total
 			case <-time.After(wait):
-			}
-		} else {
-			select {
-			case <-stop:
-				return total
-			default:
 			}
 		}
 	}
