@@ -67,12 +67,15 @@ type Config struct {
 	// ONNX Runtime's own choice, one per core (sync passes half the cores:
 	// SyncThreads).
 	Threads int
-	// Background runs the model (onnx) on a thread of its own at the lowest
-	// CPU priority (nice 19 on Linux), one batch at a time, so that the
-	// process's other threads go first: Linux shares the CPU between
+	// Background runs the model (onnx) in a process of its own: this
+	// binary started again in a session of its own at the lowest CPU
+	// priority (nice 19, and its autogroup's where Linux has them), so
+	// that every other process goes first. Linux shares the CPU between
 	// scheduling groups (a cgroup, an autogroup) and then by nice value
-	// within one. Sync sets it: its stage embeds beside the relay
-	// (ADR 0029). Commands whose work waits for the model leave it unset.
+	// within one. Sync sets it: its stage embeds beside the relay,
+	// PostgreSQL and Neo4j (ADR 0032). The binary calls
+	// ServeWorkerIfAsked first in main. Commands whose work waits for the
+	// model leave it unset. Outside Linux the model runs in the process.
 	Background bool
 
 	// URL is the server's base URL, up to and including /v1 (openai):
@@ -205,6 +208,9 @@ func Open(cfg Config) (Embedder, error) {
 	case KindOpenAI:
 		return openOpenAI(cfg)
 	default:
+		if cfg.Background {
+			return openBackground(cfg)
+		}
 		return openONNX(cfg)
 	}
 }

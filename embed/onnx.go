@@ -76,28 +76,29 @@ type onnxEmbedder struct {
 	session   *ort.DynamicAdvancedSession
 	withTypes bool     // the model takes token_type_ids
 	inputs    []string // the model's input names, in its order
-	// lane, when Config.Background is set, is where the session runs: one
-	// batch at a time, at the lowest CPU priority.
-	lane *lane
-	// priorityErr says why the lane runs at the process's priority.
-	priorityErr error
-
 	// closeMu: Close waits for the batches in flight (read lock each) and
 	// later Embed calls fail instead of touching a released session.
 	closeMu sync.RWMutex
 	closed  bool
 }
 
-func openONNX(cfg Config) (_ Embedder, err error) {
-	modelPath := filepath.Join(cfg.ModelDir, modelFileName)
-	tokenizerPath := filepath.Join(cfg.ModelDir, tokenizerFileName)
-	// Every file is checked before anything is loaded, so the first line
-	// names the first missing file, whichever it is.
-	for _, path := range []string{modelPath, tokenizerPath, cfg.RuntimeLib} {
-		if _, statErr := os.Stat(path); statErr != nil {
-			return nil, missingFileError(path, statErr)
+// checkModelFiles checks every file before anything is loaded, so that the
+// first line names the first missing file, whichever it is.
+func checkModelFiles(cfg Config) error {
+	for _, path := range []string{filepath.Join(cfg.ModelDir, modelFileName), filepath.Join(cfg.ModelDir, tokenizerFileName), cfg.RuntimeLib} {
+		if _, err := os.Stat(path); err != nil {
+			return missingFileError(path, err)
 		}
 	}
+	return nil
+}
+
+func openONNX(cfg Config) (_ Embedder, err error) {
+	if err := checkModelFiles(cfg); err != nil {
+		return nil, err
+	}
+	modelPath := filepath.Join(cfg.ModelDir, modelFileName)
+	tokenizerPath := filepath.Join(cfg.ModelDir, tokenizerFileName)
 	words, err := newWordPiece(tokenizerPath, cfg.MaxTokens)
 	if err != nil {
 		return nil, err
@@ -151,31 +152,16 @@ func openONNX(cfg Config) (_ Embedder, err error) {
 	if err != nil {
 		return nil, corruptFileError(modelPath, err)
 	}
-	// The model loads at the process's priority, then runs on the lane at
-	// the lowest: at nice 19 beside busy threads of its scheduling group
-	// the load took minutes, and sync starts only once the model is loaded.
-	// ONNX Runtime's intra-op threads (Threads > 1) started with the
-	// session and keep the process's priority; the lane's thread does its
-	// share of each run at nice 19.
-	var runs *lane
-	var priorityErr error
-	if cfg.Background {
-		runs, priorityErr = startLane()
-	}
 	return &onnxEmbedder{
-		lane:        runs,
-		priorityErr: priorityErr,
-		model:       filepath.Base(filepath.Clean(cfg.ModelDir)),
-		dimension:   int(outputs[0].Dimensions[2]),
-		batchSize:   cfg.BatchSize,
-		words:       words,
-		session:     session,
-		withTypes:   withTypes,
-		inputs:      inputNames,
+		model:     filepath.Base(filepath.Clean(cfg.ModelDir)),
+		dimension: int(outputs[0].Dimensions[2]),
+		batchSize: cfg.BatchSize,
+		words:     words,
+		session:   session,
+		withTypes: withTypes,
+		inputs:    inputNames,
 	}, nil
 }
-
-func (e *onnxEmbedder) backgroundError() error { return e.priorityErr }
 
 func (e *onnxEmbedder) Model() string  { return e.model }
 func (e *onnxEmbedder) Dimension() int { return e.dimension }
@@ -188,9 +174,6 @@ func (e *onnxEmbedder) Close() error {
 	}
 	e.closed = true
 	err := e.session.Destroy()
-	if e.lane != nil {
-		e.lane.stop()
-	}
 	return errors.Join(err, releaseRuntime())
 }
 
@@ -274,13 +257,7 @@ func (e *onnxEmbedder) run(batch [][]int64) ([][]float32, error) {
 		inputs = append(inputs, typesTensor)
 	}
 	outputs := []ort.Value{nil}
-	runModel := func() { err = e.session.Run(e.ordered(inputs), outputs) }
-	if e.lane != nil {
-		e.lane.do(runModel)
-	} else {
-		runModel()
-	}
-	if err != nil {
+	if err := e.session.Run(e.ordered(inputs), outputs); err != nil {
 		return nil, fmt.Errorf("embed: run model: %w", err)
 	}
 	defer outputs[0].Destroy()

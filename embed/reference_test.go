@@ -164,6 +164,8 @@ func sharedEmbedder(t testing.TB) Embedder {
 }
 
 func TestMain(m *testing.M) {
+	// Background embedders run their model in this binary.
+	ServeWorkerIfAsked()
 	code := m.Run()
 	if shared.e != nil {
 		if err := shared.e.Close(); err != nil {

@@ -28,6 +28,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"graphsync/embed"
 )
 
 type command struct {
@@ -51,6 +53,8 @@ var commands = map[string]command{
 }
 
 func main() {
+	// Sync's model process is this binary started again (ADR 0032).
+	embed.ServeWorkerIfAsked()
 	os.Exit(run(os.Args[1:]))
 }
 

@@ -4,6 +4,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"graphsync/embed"
 )
 
 // envRunMain makes the test binary run graphsync itself, with the arguments
@@ -12,6 +14,8 @@ import (
 const envRunMain = "GRAPHSYNC_TEST_RUN_MAIN"
 
 func TestMain(m *testing.M) {
+	// Sync started by a test runs its model in this binary (ADR 0032).
+	embed.ServeWorkerIfAsked()
 	if args, ok := os.LookupEnv(envRunMain); ok {
 		os.Exit(run(strings.Split(args, "\x1f")))
 	}

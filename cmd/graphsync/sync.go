@@ -234,7 +234,7 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) (err error) {
 		f.projector.EmbeddingModel = embedder.Model()
 		log.Info("embedding model loaded", zap.String("model", embedder.Model()), zap.Int("dimension", embedder.Dimension()), zap.Duration("took", modelLoad))
 		if err := embed.BackgroundError(embedder); err != nil {
-			log.Warn("the model runs at the process's CPU priority, beside the relay", zap.Error(err))
+			log.Warn("the model runs at the usual CPU priority, not the lowest", zap.Error(err))
 		}
 	}
 	pgPool, err := f.conn.openPostgres(ctx, int32(f.relay.Workers*2+8))

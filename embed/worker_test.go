@@ -1,0 +1,205 @@
+//go:build cgo && linux
+
+package embed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestModelProcessRunsAtTheLowestPriority: with Background the model runs
+// in a process of its own, leader of its own session (so of its own
+// autogroup), every thread of it at nice 19 and its autogroup too, while
+// this process keeps its priority; its vectors, model and dimension are
+// those of the model in process.
+func TestModelProcessRunsAtTheLowestPriority(t *testing.T) {
+	e := openTestEmbedder(t, Config{ModelDir: modelDir(DefaultModel), BatchSize: 16, Threads: 1, Background: true})
+	if err := BackgroundError(e); err != nil {
+		t.Fatalf("the model runs at the usual priority: %v", err)
+	}
+	w, ok := e.(*workerEmbedder)
+	if !ok {
+		t.Fatalf("Background opened a %T, want the model process", e)
+	}
+	pid := w.proc.cmd.Process.Pid
+	fields, err := statFields(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sid, _ := strconv.Atoi(fields[3]); sid != pid {
+		t.Errorf("the model process is in session %d, want a session of its own (%d)", sid, pid)
+	}
+	for tid, nice := range threadNices(t, pid) {
+		if nice != backgroundNice {
+			t.Errorf("thread %d of the model process runs at nice %d, want %d", tid, nice, backgroundNice)
+		}
+	}
+	if group, err := os.ReadFile(fmt.Sprintf("/proc/%d/autogroup", pid)); err == nil && !strings.Contains(string(group), "nice 19") {
+		t.Errorf("the model process's autogroup: %q, want nice 19", strings.TrimSpace(string(group)))
+	}
+	ours := threadNices(t, os.Getpid())
+	for tid, nice := range ours {
+		if nice != ours[os.Getpid()] {
+			t.Errorf("thread %d of this process runs at nice %d, its main thread at %d: the model process's priority leaked", tid, nice, ours[os.Getpid()])
+		}
+	}
+	texts, _ := loadFixture(t, DefaultModel)
+	got, err := e.Embed(context.Background(), texts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameAsLocalModel(t, texts, got)
+	local := sharedEmbedder(t)
+	if e.Model() != local.Model() || e.Dimension() != local.Dimension() {
+		t.Errorf("model process: %s of %d dimensions; in process: %s of %d", e.Model(), e.Dimension(), local.Model(), local.Dimension())
+	}
+}
+
+// TestModelProcessThatEndsIsStartedAgain: a model process killed between
+// calls fails the next call as unavailable (the stage backs off); the call
+// after starts another, which answers the same vectors. Close ends it.
+func TestModelProcessThatEndsIsStartedAgain(t *testing.T) {
+	e, err := Open(Config{ModelDir: modelDir(DefaultModel), BatchSize: 16, Threads: 1, Background: true})
+	if err != nil {
+		t.Fatalf("open embedder (run make model first): %v", err)
+	}
+	defer e.Close()
+	w := e.(*workerEmbedder)
+	first := w.proc
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-first.done
+	texts, _ := loadFixture(t, DefaultModel)
+	texts = texts[:8]
+	if _, err := e.Embed(context.Background(), texts); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a call after the model process was killed: %v, want unavailable", err)
+	}
+	got, err := e.Embed(context.Background(), texts)
+	if err != nil {
+		t.Fatalf("the call after that: %v, want a model process started again", err)
+	}
+	sameAsLocalModel(t, texts, got)
+	second := w.proc
+	if second == nil || second.cmd.Process.Pid == first.cmd.Process.Pid {
+		t.Fatalf("no new model process")
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-second.done:
+	default:
+		t.Fatalf("the model process %d still runs after Close", second.cmd.Process.Pid)
+	}
+}
+
+// TestModelProcessCallEndsWithItsContext: a call whose context ends while
+// the model runs returns the context's error without waiting for the run
+// (the process is killed); the next call is answered by another process.
+func TestModelProcessCallEndsWithItsContext(t *testing.T) {
+	e := openTestEmbedder(t, Config{ModelDir: modelDir(DefaultModel), BatchSize: 16, Threads: 1, Background: true})
+	w := e.(*workerEmbedder)
+	first := w.proc
+	// 400 texts of 256 tokens: a run of many seconds at nice 19.
+	long := strings.Repeat("a wireless speaker with a kettle beside it ", 40)
+	texts := make([]string, 400)
+	for i := range texts {
+		texts[i] = fmt.Sprintf("%d %s", i, long)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	started := time.Now()
+	if _, err := e.Embed(ctx, texts); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a call past its deadline: %v, want the deadline's error", err)
+	}
+	if took := time.Since(started); took > 10*time.Second {
+		t.Errorf("the call took %s after its deadline of 200ms", took)
+	}
+	<-first.done
+	short, _ := loadFixture(t, DefaultModel)
+	got, err := e.Embed(context.Background(), short[:4])
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameAsLocalModel(t, short[:4], got)
+}
+
+// TestModelProcessStartErrors: a missing file is named before any process
+// starts; a corrupt model is found by the model process and said as the
+// model in process says it. Both are start errors (exit 2).
+func TestModelProcessStartErrors(t *testing.T) {
+	dir := t.TempDir()
+	_, err := Open(Config{ModelDir: dir, Background: true})
+	if !IsStartError(err) || !strings.Contains(err.Error(), filepath.Join(dir, modelFileName)+" is missing") || !strings.Contains(err.Error(), FetchTarget) {
+		t.Fatalf("missing model: %v, want a start error naming %s and %s", err, modelFileName, FetchTarget)
+	}
+	tokenizer, err := os.ReadFile(filepath.Join(modelDir(DefaultModel), tokenizerFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, tokenizerFileName), tokenizer, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, modelFileName), []byte("not a model"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, inProcess := Open(Config{ModelDir: dir})
+	_, err = Open(Config{ModelDir: dir, Background: true})
+	if !IsStartError(err) || !errors.Is(err, ErrModelFiles) || inProcess == nil || err.Error() != inProcess.Error() {
+		t.Fatalf("corrupt model: %v\nin process: %v\nwant the same start error", err, inProcess)
+	}
+}
+
+// threadNices reads the nice value of every thread of process pid (the
+// 19th field of its stat line).
+func threadNices(t *testing.T, pid int) map[int]int {
+	t.Helper()
+	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nices := map[int]int{}
+	for _, path := range stats {
+		fields, err := statFields(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // the thread ended since the glob
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		tid, err1 := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+		nice, err2 := strconv.Atoi(fields[16])
+		if err := errors.Join(err1, err2); err != nil {
+			t.Fatal(err)
+		}
+		nices[tid] = nice
+	}
+	if len(nices) == 0 {
+		t.Fatalf("no threads of process %d", pid)
+	}
+	return nices
+}
+
+// statFields are the fields of a /proc stat file after the command name
+// in parentheses (the 3rd field on).
+func statFields(path string) ([]string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+	if len(fields) < 17 {
+		return nil, fmt.Errorf("%s: %d fields after the name", path, len(fields))
+	}
+	return fields, nil
+}
