@@ -27,8 +27,9 @@ type Config struct {
 	// BatchSize is how many pending nodes one round reads, embeds and
 	// writes (in one Embed call and one Neo4j transaction). Default: 64.
 	BatchSize int
-	// Idle is how long the stage waits, with nothing pending, before it
-	// looks again. Default: 500ms.
+	// Idle is how long the stage waits, with nothing pending (and Run,
+	// after a round that read less than a batch), before it looks again.
+	// Default: 500ms.
 	Idle time.Duration
 	// Backoff is the first wait after the embedder or Neo4j failed; it
 	// doubles up to BackoffMax. Defaults: 500ms and 30s.
@@ -167,9 +168,12 @@ func (r *Round) add(o Round) {
 
 // Run embeds pending nodes until ctx is done. Failures of the embedder,
 // the cache or Neo4j are counted, logged and retried with backoff; they
-// never end Run, and nothing in sync waits for it.
+// never end Run, and nothing in sync waits for it. After a round that read
+// less than a batch it waits Idle, so that the next round gathers what
+// came meanwhile: sync's rounds then cost Neo4j and PostgreSQL a few
+// statements a second, not a few per text (ADR 0032).
 func (s *Stage) Run(ctx context.Context) error {
-	s.run(ctx, nil)
+	s.run(ctx, nil, true)
 	return nil
 }
 
@@ -178,43 +182,25 @@ func (s *Stage) Run(ctx context.Context) error {
 // The rebuild runs it beside a replay, whose projector queues the nodes it
 // writes, and calls Drain after it.
 func (s *Stage) Beside(ctx context.Context, stop <-chan struct{}) Round {
-	return s.run(ctx, stop)
+	return s.run(ctx, stop, false)
 }
 
 // run is Run, ending also when stop is closed; it returns what its rounds
 // did.
-func (s *Stage) run(ctx context.Context, stop <-chan struct{}) (total Round) {
+func (s *Stage) run(ctx context.Context, stop <-chan struct{}, gather bool) (total Round) {
 	wait := time.Duration(0)
 	for {
 		round, err := s.RunOnce(ctx)
 		total.add(round)
-		switch {
-		case ctx.Err() != nil:
+		if ctx.Err() != nil {
 			return total
+		}
+		wait = s.nextWait(round, err, wait, gather)
+		switch {
 		case err != nil:
-			if wait == 0 {
-				wait = s.cfg.Backoff
-			} else {
-				wait = min(wait*2, s.cfg.BackoffMax)
-			}
 			s.log.Warn("embedding round failed; retrying", zap.Duration("in", wait), zap.String("error", redact.Text(err.Error())))
-		case round.Read == 0, round.KnownRefused == round.Read:
-			// Nothing pending but texts refused before: idle, never back
-			// off, so that nodes marked meanwhile are embedded without delay.
-			wait = s.cfg.Idle
-		case round.Written+round.Remarked+round.Dropped+round.Refused == 0:
-			// Pending nodes, yet nothing changed: back off as after a
-			// failure rather than ask again at once. A refused text never
-			// gets here: it is remembered and passed over, so it holds up
-			// neither the nodes behind it nor those marked later.
-			if wait == 0 {
-				wait = s.cfg.Backoff
-			} else {
-				wait = min(wait*2, s.cfg.BackoffMax)
-			}
+		case round.Read > round.KnownRefused && round.Written+round.Remarked+round.Dropped+round.Refused == 0:
 			s.log.Warn("embedding round changed nothing; retrying", zap.Duration("in", wait), zap.Int("read", round.Read))
-		default:
-			wait = 0
 		}
 		select {
 		case <-stop:
@@ -231,6 +217,32 @@ func (s *Stage) run(ctx context.Context, stop <-chan struct{}) (total Round) {
 			}
 		}
 	}
+}
+
+// nextWait is how long run waits after a round that did round and failed
+// with err, when it waited last for last. With gather, a round that read
+// less than a batch is followed by the idle wait: the next one gathers
+// what came meanwhile.
+func (s *Stage) nextWait(round Round, err error, last time.Duration, gather bool) time.Duration {
+	switch {
+	case err != nil,
+		// Pending nodes, yet nothing changed: back off as after a failure
+		// rather than ask again at once. A refused text never gets here:
+		// it is remembered and passed over, so it holds up neither the
+		// nodes behind it nor those marked later.
+		round.Read > round.KnownRefused && round.Written+round.Remarked+round.Dropped+round.Refused == 0:
+		if last == 0 {
+			return s.cfg.Backoff
+		}
+		return min(last*2, s.cfg.BackoffMax)
+	case round.Read == round.KnownRefused:
+		// Nothing pending but texts refused before: idle, never back off,
+		// so that nodes marked meanwhile are embedded without delay.
+		return s.cfg.Idle
+	case gather && round.Read < s.cfg.BatchSize:
+		return s.cfg.Idle
+	}
+	return 0
 }
 
 // Drain runs rounds until no node is pending but those whose text the
