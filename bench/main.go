@@ -110,7 +110,7 @@ func parseConfig(args []string) (benchConfig, error) {
 	scenarios := fs.String("scenarios", strings.Join(allScenarios, ","), "scenarios to run (the ceiling replays the throughput run's events)")
 	rate := fs.Int("rate", 500, "latency scenario: offered events per second")
 	embedders := fs.String("embedders", "none", "latency scenario: sync's --embedder values to run each mode with (none,onnx: embeddings off and on in the same run)")
-	textEvery := fs.Int("latency-text-every", 0, "latency scenario: every this many probes also change the product's description (a text change the embedding stage embeds); 0: price changes only")
+	textEvery := fs.Int("latency-text-every", 0, "latency scenario: every this many probes also change the product's description (a text change the embedding stage embeds), each product's in turn; 0: price changes only")
 	resident := fs.Int64("resident-nodes", 100_000, "nodes of other tenants kept in Neo4j for the whole run, as a production graph holds them (0: every scenario writes into a nearly empty graph)")
 	latencyDuration := fs.Duration("latency-duration", 20*time.Second, "latency scenario: how long the rate is offered and measured")
 	latencyWarmUp := fs.Duration("latency-warm-up", 0, "latency scenario: how long the rate is offered before the measured part (0: the first probe counts; sync plans its statements as it starts)")
