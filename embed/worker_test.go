@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"graphsync/internal/proctest"
 )
 
 // TestModelProcessRunsAtTheLowestPriority: with Background the model runs
@@ -31,11 +33,11 @@ func TestModelProcessRunsAtTheLowestPriority(t *testing.T) {
 		t.Fatalf("Background opened a %T, want the model process", e)
 	}
 	pid := w.proc.cmd.Process.Pid
-	fields, err := statFields(fmt.Sprintf("/proc/%d/stat", pid))
+	fields, err := proctest.StatFields(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sid, _ := strconv.Atoi(fields[3]); sid != pid {
+	if sid, _ := strconv.Atoi(fields[proctest.Session]); sid != pid {
 		t.Errorf("the model process is in session %d, want a session of its own (%d)", sid, pid)
 	}
 	for tid, nice := range threadNices(t, pid) {
@@ -170,7 +172,7 @@ func threadNices(t *testing.T, pid int) map[int]int {
 	}
 	nices := map[int]int{}
 	for _, path := range stats {
-		fields, err := statFields(path)
+		fields, err := proctest.StatFields(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // the thread ended since the glob
 		}
@@ -178,7 +180,7 @@ func threadNices(t *testing.T, pid int) map[int]int {
 			t.Fatal(err)
 		}
 		tid, err1 := strconv.Atoi(filepath.Base(filepath.Dir(path)))
-		nice, err2 := strconv.Atoi(fields[16])
+		nice, err2 := strconv.Atoi(fields[proctest.Nice])
 		if err := errors.Join(err1, err2); err != nil {
 			t.Fatal(err)
 		}
@@ -188,18 +190,4 @@ func threadNices(t *testing.T, pid int) map[int]int {
 		t.Fatalf("no threads of process %d", pid)
 	}
 	return nices
-}
-
-// statFields are the fields of a /proc stat file after the command name
-// in parentheses (the 3rd field on).
-func statFields(path string) ([]string, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
-	if len(fields) < 17 {
-		return nil, fmt.Errorf("%s: %d fields after the name", path, len(fields))
-	}
-	return fields, nil
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"graphsync/graphmodel"
+	"graphsync/internal/proctest"
 	"graphsync/internal/stacktest"
 	"graphsync/workload"
 )
@@ -63,10 +63,10 @@ func TestSyncEmbedsInAModelProcessThatEndsWithIt(t *testing.T) {
 		t.Fatalf("sync has %d child processes, want its model process", len(model))
 	}
 	stat := procStat(t, model[0])
-	if sid, _ := strconv.Atoi(stat[3]); sid != model[0] {
+	if sid, _ := strconv.Atoi(stat[proctest.Session]); sid != model[0] {
 		t.Errorf("the model process is in session %d, want a session of its own", sid)
 	}
-	if nice, _ := strconv.Atoi(stat[16]); nice != 19 {
+	if nice, _ := strconv.Atoi(stat[proctest.Nice]); nice != 19 {
 		t.Errorf("the model process runs at nice %d, want 19", nice)
 	}
 
@@ -76,7 +76,7 @@ func TestSyncEmbedsInAModelProcessThatEndsWithIt(t *testing.T) {
 	deadline = time.Now().Add(30 * time.Second)
 	for {
 		fields, err := procStatFields(model[0])
-		if os.IsNotExist(err) || (err == nil && fields[0] == "Z") {
+		if os.IsNotExist(err) || (err == nil && fields[proctest.State] == "Z") {
 			break // gone, or a zombie nobody reaps here
 		}
 		if time.Now().After(deadline) {
@@ -105,7 +105,7 @@ func childrenOf(t *testing.T, pid int) []int {
 		if err != nil {
 			continue // ended since the glob
 		}
-		if parent, _ := strconv.Atoi(fields[1]); parent == pid {
+		if parent, _ := strconv.Atoi(fields[proctest.Parent]); parent == pid {
 			children = append(children, child)
 		}
 	}
@@ -121,16 +121,6 @@ func procStat(t *testing.T, pid int) []string {
 	return fields
 }
 
-// procStatFields are the fields of /proc/pid/stat after the command name
-// in parentheses (the 3rd field on: state, parent, group, session, ...).
 func procStatFields(pid int) ([]string, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil, err
-	}
-	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
-	if len(fields) < 17 {
-		return nil, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(fields))
-	}
-	return fields, nil
+	return proctest.StatFields(fmt.Sprintf("/proc/%d/stat", pid))
 }
