@@ -242,8 +242,8 @@ func offer(ctx context.Context, sc *scenario, products []*probeProduct, rate, to
 	for w := range queues {
 		group.Go(func() error {
 			for n := range queues[w] {
-				product := products[n%len(products)]
-				timing, err := reprice(groupCtx, sc, product, n, changesText(n, len(products), textEvery))
+				at, changeText := probeTarget(n, len(products), textEvery)
+				timing, err := reprice(groupCtx, sc, products[at], n, changeText)
 				if err != nil {
 					return err
 				}
@@ -266,7 +266,8 @@ dispatch:
 		case <-ticker.C:
 		}
 		// A product always goes to the same producer, which alone changes it.
-		queues[(n%len(products))%latencyProducers] <- n
+		at, _ := probeTarget(n, len(products), textEvery)
+		queues[at%latencyProducers] <- n
 	}
 	for _, q := range queues {
 		close(q)
@@ -280,16 +281,18 @@ dispatch:
 	return committed, txTook, commitTook, nil
 }
 
-// changesText says whether probe n of those offered over products (in
-// turn) also changes its product's description: one probe in every
-// textEvery, each product's turn coming round in its own probes. Every
-// textEvery-th probe (n%textEvery == 0) would change the texts of the
-// same few products only (textEvery 20 over 60 products: 3), each several
-// times a second, which no catalogue does: most vectors were of a text
-// already replaced, and the stage locked the same few nodes the probes
-// wrote (ADR 0032).
-func changesText(n, products, textEvery int) bool {
-	return textEvery > 0 && (n+n/products)%textEvery == 0
+// probeTarget is the product (its index among products) probe n
+// changes, and whether it also changes its description: one probe in
+// every textEvery does, on each product in turn. Every textEvery-th probe
+// on product n%products would change the texts of the same few products
+// only (textEvery 20 over 60 products: 3), each several times a second,
+// which no catalogue does: most vectors were of a text already replaced,
+// and the stage locked the same few nodes the probes wrote (ADR 0032).
+func probeTarget(n, products, textEvery int) (at int, changeText bool) {
+	if textEvery > 0 && n%textEvery == 0 {
+		return (n / textEvery) % products, true
+	}
+	return n % products, false
 }
 
 // probeTiming is when a probe's COMMIT was sent and how long its

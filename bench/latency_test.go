@@ -6,13 +6,13 @@ import "testing"
 // and every product's text changes as often as any other's, whatever the
 // number of products against textEvery.
 func TestTextChangesGoRoundTheProducts(t *testing.T) {
-	for _, c := range []struct{ products, textEvery int }{{60, 20}, {7, 3}, {10, 20}, {4, 1}} {
+	for _, c := range []struct{ products, textEvery int }{{60, 20}, {59, 20}, {60, 61}, {7, 3}, {10, 20}, {4, 1}} {
 		probes := c.products * c.textEvery * 5
 		perProduct := make([]int, c.products)
 		total := 0
 		for n := range probes {
-			if changesText(n, c.products, c.textEvery) {
-				perProduct[n%c.products]++
+			if at, changeText := probeTarget(n, c.products, c.textEvery); changeText {
+				perProduct[at]++
 				total++
 			}
 		}
@@ -25,7 +25,9 @@ func TestTextChangesGoRoundTheProducts(t *testing.T) {
 			}
 		}
 	}
-	if changesText(0, 60, 0) {
-		t.Errorf("textEvery 0 changes a text")
+	for n := range 200 {
+		if at, changeText := probeTarget(n, 60, 0); changeText || at != n%60 {
+			t.Fatalf("textEvery 0, probe %d: product %d, text change %v; want product %d, price only", n, at, changeText, n%60)
+		}
 	}
 }

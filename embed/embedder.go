@@ -34,9 +34,10 @@ type Embedder interface {
 var ErrUnavailable = errors.New("embedder unavailable")
 
 // BackgroundError says why an embedder opened with Config.Background runs
-// its model at the process's priority instead of the lowest (the operating
-// system refused to lower it); nil when it runs as asked, or for an
-// embedder without a local model.
+// its model at the usual priority instead of the lowest: the operating
+// system refused to lower the model process's (or its latest one's), or,
+// outside Linux, the model runs in this process. nil when it runs as
+// asked, or for an embedder without a local model.
 func BackgroundError(e Embedder) error {
 	if b, ok := e.(interface{ backgroundError() error }); ok {
 		return b.backgroundError()

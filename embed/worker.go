@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -82,6 +83,7 @@ func ServeWorkerIfAsked() {
 // priority, says hello and answers requests until in closes.
 func serveWorker(in io.Reader, out io.Writer) error {
 	r := bufio.NewReader(in)
+	exitOn := os.Getenv(workerExitOnEnv)
 	var start workerStart
 	if err := readFrame(r, &start); err != nil {
 		return fmt.Errorf("read the start frame: %w", err)
@@ -118,6 +120,9 @@ func serveWorker(in io.Reader, out io.Writer) error {
 			}
 			return fmt.Errorf("read a request: %w", err)
 		}
+		if exitOn != "" && slices.Contains(req.Texts, exitOn) {
+			os.Exit(3)
+		}
 		var answer workerAnswer
 		vectors, err := e.Embed(context.Background(), req.Texts)
 		if err != nil {
@@ -126,28 +131,40 @@ func serveWorker(in io.Reader, out io.Writer) error {
 		} else {
 			answer.Vectors = vectors
 		}
-		if err := writeFrame(out, answer); err != nil {
+		err = writeFrame(out, answer)
+		var unsupported *json.UnsupportedValueError
+		if errors.As(err, &unsupported) {
+			// A NaN or an infinity in a vector: the call fails, not the
+			// process.
+			err = writeFrame(out, workerAnswer{Error: "embed: the model gave a vector that is not a number: " + unsupported.Str})
+		}
+		if err != nil {
 			return err
 		}
 	}
 }
 
+// workerExitOnEnv names a text that makes the model process exit when it
+// is asked to embed it: tests use it for a text that crashes the model.
+const workerExitOnEnv = "GRAPHSYNC_EMBED_WORKER_EXIT_ON"
+
 // backgroundNice is the model process's nice value: the lowest priority.
 const backgroundNice = 19
 
-// lowerProcessPriority sets the nice value of the calling process's
-// session group (its autogroup, where Linux has them) and of each of its
-// threads (Linux keeps one per thread; threads started later inherit it).
-// Without autogroups (a process in a cgroup of its own: a container, a
-// systemd service) the file is absent and the threads' nice orders the
-// model after the other processes of that cgroup.
+// lowerProcessPriority sets the nice value of each of the calling
+// process's threads (Linux keeps one per thread; threads started later
+// inherit it) and of its session group (its autogroup, where Linux has
+// them). Without autogroups (a process in a cgroup of its own: a
+// container, a systemd service) the file is absent and the threads' nice
+// orders the model after the other processes of that cgroup. Linux
+// refuses an autogroup change within 100 ms of another anywhere on the
+// machine (EAGAIN, to processes without CAP_SYS_ADMIN): it is tried again
+// for up to 5 s.
 func lowerProcessPriority() error {
-	if err := os.WriteFile("/proc/self/autogroup", []byte(strconv.Itoa(backgroundNice)), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("embed: lower the model process's scheduling group to nice %d: %w", backgroundNice, err)
-	}
+	var errs []error
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
-		return fmt.Errorf("embed: list the model process's threads: %w", err)
+		errs = append(errs, fmt.Errorf("embed: list the model process's threads: %w", err))
 	}
 	for _, task := range tasks {
 		tid, err := strconv.Atoi(task.Name())
@@ -156,31 +173,49 @@ func lowerProcessPriority() error {
 		}
 		// A thread that has ended since the listing is not an error.
 		if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, backgroundNice); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fmt.Errorf("embed: lower the model process's priority to nice %d: %w", backgroundNice, err)
+			errs = append(errs, fmt.Errorf("embed: lower the model process's priority to nice %d: %w", backgroundNice, err))
+			break
 		}
 	}
-	return nil
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := os.WriteFile("/proc/self/autogroup", []byte(strconv.Itoa(backgroundNice)), 0)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if !errors.Is(err, syscall.EAGAIN) || time.Now().After(deadline) {
+			errs = append(errs, fmt.Errorf("embed: lower the model process's scheduling group to nice %d: %w", backgroundNice, err))
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // the kernel's limit is 100 ms
+	}
+	return errors.Join(errs...)
 }
 
 // workerEmbedder runs the local model in a model process. A process that
-// ends (killed, out of memory) fails the call in flight as unavailable;
-// the next call starts another.
+// could not start again fails the call as unavailable (the stage backs
+// off). One that ends during a call (killed, out of memory, or a text
+// that crashes the native runtime) fails it as a refusal of those texts:
+// the stage halves the batch, so a text that crashes the model ends up
+// refused alone, and the rest are embedded. A call of one text is tried
+// once more in a new process first. The next call starts another.
 type workerEmbedder struct {
-	start       workerStart
-	model       string
-	dimension   int
-	priorityErr error
+	start     workerStart
+	model     string
+	dimension int
 
-	mu     sync.Mutex // one call at a time; guards proc and closed
-	proc   *workerProc
-	closed bool
+	mu          sync.Mutex // one call at a time; guards what follows
+	proc        *workerProc
+	closed      bool
+	priorityErr error
 }
 
 // workerProc is one running model process.
 type workerProc struct {
 	cmd  *exec.Cmd
-	in   io.WriteCloser
-	out  *bufio.Reader
+	in   *os.File // the process's stdin
+	out  *os.File // its stdout
+	read *bufio.Reader
 	done chan struct{} // closed once the process has been waited for
 }
 
@@ -193,53 +228,70 @@ func openWorker(cfg Config) (Embedder, error) {
 	}
 	e := &workerEmbedder{start: workerStart{ModelDir: cfg.ModelDir, RuntimeLib: cfg.RuntimeLib,
 		MaxTokens: cfg.MaxTokens, BatchSize: cfg.BatchSize, Threads: cfg.Threads}}
-	proc, hello, err := startWorker(e.start)
+	proc, hello, err := startWorker(context.Background(), e.start)
 	if err != nil {
 		return nil, err
 	}
 	e.proc, e.model, e.dimension = proc, hello.Model, hello.Dimension
-	if hello.PriorityError != "" {
-		e.priorityErr = errors.New(hello.PriorityError)
-	}
+	e.setPriorityError(hello)
 	return e, nil
 }
 
+// setPriorityError keeps why the latest model process runs at the usual
+// priority (nil when it runs at the lowest).
+func (e *workerEmbedder) setPriorityError(hello workerHello) {
+	e.priorityErr = nil
+	if hello.PriorityError != "" {
+		e.priorityErr = errors.New(hello.PriorityError)
+	}
+}
+
 // startWorker starts the model process, sends it start and reads its
-// hello. The process runs this binary in a session of its own: its own
-// autogroup, whose priority it lowers once the model is loaded.
-func startWorker(start workerStart) (*workerProc, workerHello, error) {
+// hello; ctx ending first kills it. The process runs this binary in a
+// session of its own, so in an autogroup of its own, whose priority it
+// lowers once the model is loaded; it is killed when the thread that
+// started it ends (and reads the end of its input when this process
+// does).
+func startWorker(ctx context.Context, start workerStart) (*workerProc, workerHello, error) {
 	var hello workerHello
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, hello, fmt.Errorf("embed: find this binary to start the model process: %w", err)
 	}
+	// Pipes of our own: exec's would be closed by Wait, which may run
+	// before the process's last answer (its start error) is read.
+	childIn, in, err := os.Pipe()
+	if err != nil {
+		return nil, hello, fmt.Errorf("embed: model process: %w", err)
+	}
+	out, childOut, err := os.Pipe()
+	if err != nil {
+		childIn.Close()
+		in.Close()
+		return nil, hello, fmt.Errorf("embed: model process: %w", err)
+	}
 	cmd := exec.Command(exe)
 	cmd.Args = []string{filepath.Base(exe) + " (model process)"}
 	cmd.Env = append(os.Environ(), workerEnv+"=1")
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	in, err := cmd.StdinPipe()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = childIn, childOut, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	err = cmd.Start()
+	childIn.Close()
+	childOut.Close()
 	if err != nil {
-		return nil, hello, fmt.Errorf("embed: model process: %w", err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, hello, fmt.Errorf("embed: model process: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
+		in.Close()
+		out.Close()
 		return nil, hello, fmt.Errorf("embed: start the model process: %w", err)
 	}
-	p := &workerProc{cmd: cmd, in: in, out: bufio.NewReader(out), done: make(chan struct{})}
+	p := &workerProc{cmd: cmd, in: in, out: out, read: bufio.NewReader(out), done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		close(p.done)
 	}()
-	err = writeFrame(in, start)
-	if err == nil {
-		err = readFrame(p.out, &hello)
-	}
-	if err != nil {
-		p.kill()
+	if err := p.exchange(ctx, start, &hello); err != nil {
+		if ctx.Err() != nil {
+			return nil, hello, ctx.Err()
+		}
 		return nil, hello, fmt.Errorf("embed: the model process ended before it loaded the model: %w", err)
 	}
 	if hello.Error != "" {
@@ -247,6 +299,32 @@ func startWorker(start workerStart) (*workerProc, workerHello, error) {
 		return nil, hello, &workerStartError{msg: hello.Error, kind: hello.Kind}
 	}
 	return p, hello, nil
+}
+
+// exchange writes request and reads the answer into answer. When ctx ends
+// first, or the exchange fails, the process is killed: a model run cannot
+// be interrupted, and a process that failed one exchange is not trusted
+// with the next.
+func (p *workerProc) exchange(ctx context.Context, request, answer any) error {
+	result := make(chan error, 1)
+	go func() {
+		err := writeFrame(p.in, request)
+		if err == nil {
+			err = readFrame(p.read, answer)
+		}
+		result <- err
+	}()
+	select {
+	case err := <-result:
+		if err != nil {
+			p.kill()
+		}
+		return err
+	case <-ctx.Done():
+		p.kill()
+		<-result
+		return ctx.Err()
+	}
 }
 
 // workerStartError is the model process's own start error, said as it
@@ -265,10 +343,12 @@ func (e *workerStartError) Unwrap() error {
 	return nil
 }
 
-// kill ends the process and waits for it.
+// kill ends the process, waits for it and closes the pipes.
 func (p *workerProc) kill() {
 	_ = p.cmd.Process.Kill()
 	<-p.done
+	p.in.Close()
+	p.out.Close()
 }
 
 // stop closes the process's input, so that it ends once its call in
@@ -277,12 +357,17 @@ func (p *workerProc) stop(wait time.Duration) {
 	_ = p.in.Close()
 	select {
 	case <-p.done:
+		p.out.Close()
 	case <-time.After(wait):
 		p.kill()
 	}
 }
 
-func (e *workerEmbedder) backgroundError() error { return e.priorityErr }
+func (e *workerEmbedder) backgroundError() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.priorityErr
+}
 
 func (e *workerEmbedder) Model() string  { return e.model }
 func (e *workerEmbedder) Dimension() int { return e.dimension }
@@ -302,9 +387,7 @@ func (e *workerEmbedder) Close() error {
 	return nil
 }
 
-// Embed sends texts to the model process and waits for its vectors. A call
-// whose ctx ends first kills the process (a model run cannot be
-// interrupted); the next call starts another.
+// Embed sends texts to the model process and waits for its vectors.
 func (e *workerEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
 	if len(texts) == 0 {
 		return [][]float32{}, nil
@@ -314,58 +397,57 @@ func (e *workerEmbedder) Embed(ctx context.Context, texts []string) ([][]float32
 	if e.closed {
 		return nil, errors.New("embed: embedder is closed")
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
+	answer, err := e.call(ctx, texts)
+	if err != nil && len(texts) == 1 && errors.Is(err, errProcessEnded) && ctx.Err() == nil {
+		// Killed from outside, or this text crashes the model: a new
+		// process tells which.
+		answer, err = e.call(ctx, texts)
 	}
+	switch {
+	case err != nil:
+		return nil, err
+	case answer.Unavailable:
+		return nil, fmt.Errorf("%w: %s", ErrUnavailable, answer.Error)
+	case answer.Error != "":
+		return nil, errors.New(answer.Error)
+	case len(answer.Vectors) != len(texts):
+		return nil, fmt.Errorf("embed: the model process answered %d vectors for %d texts", len(answer.Vectors), len(texts))
+	}
+	return answer.Vectors, nil
+}
+
+// errProcessEnded is wrapped by the error of a call during which the model
+// process ended: not unavailable, so that the stage halves the batch.
+var errProcessEnded = errors.New("the model process ended while it embedded these texts")
+
+// call starts a model process if none runs, and sends it texts.
+func (e *workerEmbedder) call(ctx context.Context, texts []string) (workerAnswer, error) {
+	var answer workerAnswer
 	if e.proc == nil {
-		proc, hello, err := startWorker(e.start)
+		proc, hello, err := startWorker(ctx, e.start)
 		if err != nil {
-			return nil, fmt.Errorf("%w: start the model process again: %w", ErrUnavailable, err)
+			if ctx.Err() != nil {
+				return answer, ctx.Err()
+			}
+			return answer, fmt.Errorf("%w: start the model process again: %w", ErrUnavailable, err)
 		}
 		if hello.Model != e.model || hello.Dimension != e.dimension {
 			proc.kill()
-			return nil, fmt.Errorf("%w: the model process loaded %s (%d dimensions), not %s (%d)",
+			return answer, fmt.Errorf("%w: the model process loaded %s (%d dimensions), not %s (%d)",
 				ErrUnavailable, hello.Model, hello.Dimension, e.model, e.dimension)
 		}
 		e.proc = proc
+		e.setPriorityError(hello)
 	}
-	type result struct {
-		answer workerAnswer
-		err    error
-	}
-	proc := e.proc
-	answered := make(chan result, 1)
-	go func() {
-		var r result
-		r.err = writeFrame(proc.in, workerRequest{Texts: texts})
-		if r.err == nil {
-			r.err = readFrame(proc.out, &r.answer)
+	err := e.proc.exchange(ctx, workerRequest{Texts: texts}, &answer)
+	if err != nil {
+		e.proc = nil
+		if ctx.Err() != nil {
+			return answer, ctx.Err()
 		}
-		answered <- r
-	}()
-	var r result
-	select {
-	case r = <-answered:
-	case <-ctx.Done():
-		proc.kill()
-		<-answered
-		e.proc = nil
-		return nil, ctx.Err()
+		return answer, fmt.Errorf("embed: %w (a batch of %d): %w", errProcessEnded, len(texts), err)
 	}
-	if r.err != nil {
-		proc.kill()
-		e.proc = nil
-		return nil, fmt.Errorf("%w: the model process ended: %w", ErrUnavailable, r.err)
-	}
-	switch {
-	case r.answer.Unavailable:
-		return nil, fmt.Errorf("%w: %s", ErrUnavailable, r.answer.Error)
-	case r.answer.Error != "":
-		return nil, errors.New(r.answer.Error)
-	case len(r.answer.Vectors) != len(texts):
-		return nil, fmt.Errorf("embed: the model process answered %d vectors for %d texts", len(r.answer.Vectors), len(texts))
-	}
-	return r.answer.Vectors, nil
+	return answer, nil
 }
 
 // writeFrame writes v as JSON after its length (4 bytes, big-endian).

@@ -67,8 +67,10 @@ func TestModelProcessRunsAtTheLowestPriority(t *testing.T) {
 }
 
 // TestModelProcessThatEndsIsStartedAgain: a model process killed between
-// calls fails the next call as unavailable (the stage backs off); the call
-// after starts another, which answers the same vectors. Close ends it.
+// calls fails the next call of several texts as a refusal, not as
+// unavailable (the stage halves the batch, and the halves find a new
+// process); a call of one text is tried again in a new process at once.
+// Close ends the process.
 func TestModelProcessThatEndsIsStartedAgain(t *testing.T) {
 	e, err := Open(Config{ModelDir: modelDir(DefaultModel), BatchSize: 16, Threads: 1, Background: true})
 	if err != nil {
@@ -76,33 +78,71 @@ func TestModelProcessThatEndsIsStartedAgain(t *testing.T) {
 	}
 	defer e.Close()
 	w := e.(*workerEmbedder)
-	first := w.proc
-	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-first.done
 	texts, _ := loadFixture(t, DefaultModel)
 	texts = texts[:8]
-	if _, err := e.Embed(context.Background(), texts); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("a call after the model process was killed: %v, want unavailable", err)
+	kill := func() int {
+		t.Helper()
+		p := w.proc
+		if p == nil {
+			t.Fatalf("no model process runs")
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-p.done
+		return p.cmd.Process.Pid
+	}
+	first := kill()
+	_, err = e.Embed(context.Background(), texts)
+	if err == nil || errors.Is(err, ErrUnavailable) || !errors.Is(err, errProcessEnded) {
+		t.Fatalf("8 texts after the model process was killed: %v, want the process's end (not unavailable)", err)
 	}
 	got, err := e.Embed(context.Background(), texts)
 	if err != nil {
 		t.Fatalf("the call after that: %v, want a model process started again", err)
 	}
 	sameAsLocalModel(t, texts, got)
-	second := w.proc
-	if second == nil || second.cmd.Process.Pid == first.cmd.Process.Pid {
+	if w.proc.cmd.Process.Pid == first {
 		t.Fatalf("no new model process")
 	}
+	kill()
+	one, err := e.Embed(context.Background(), texts[:1])
+	if err != nil {
+		t.Fatalf("one text after the model process was killed: %v, want it embedded by a new process", err)
+	}
+	sameAsLocalModel(t, texts[:1], one)
+	last := w.proc
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-second.done:
+	case <-last.done:
 	default:
-		t.Fatalf("the model process %d still runs after Close", second.cmd.Process.Pid)
+		t.Fatalf("the model process %d still runs after Close", last.cmd.Process.Pid)
 	}
+}
+
+// TestModelProcessTextThatCrashesItIsRefusedAlone: a text on which the
+// model process ends (here by the test's exit hook, as a crash of the
+// native runtime would) fails its batch as a refusal, never as
+// unavailable, and fails alone too; every other text is embedded.
+func TestModelProcessTextThatCrashesItIsRefusedAlone(t *testing.T) {
+	const poison = "a text the model process dies on"
+	t.Setenv(workerExitOnEnv, poison)
+	e := openTestEmbedder(t, Config{ModelDir: modelDir(DefaultModel), BatchSize: 16, Threads: 1, Background: true})
+	texts, _ := loadFixture(t, DefaultModel)
+	batch := []string{texts[0], poison, texts[1]}
+	if _, err := e.Embed(context.Background(), batch); err == nil || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a batch holding the text: %v, want a refusal the stage halves", err)
+	}
+	if _, err := e.Embed(context.Background(), []string{poison}); err == nil || errors.Is(err, ErrUnavailable) || !errors.Is(err, errProcessEnded) {
+		t.Fatalf("the text alone: %v, want a refusal naming the process's end", err)
+	}
+	got, err := e.Embed(context.Background(), []string{texts[0], texts[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameAsLocalModel(t, []string{texts[0], texts[1]}, got)
 }
 
 // TestModelProcessCallEndsWithItsContext: a call whose context ends while

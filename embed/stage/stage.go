@@ -154,6 +154,15 @@ type Round struct {
 	refusedNodes []nodeKey
 }
 
+// idle says the round read nothing but nodes whose text the embedder
+// refused before (or nothing at all).
+func (r Round) idle() bool { return r.Read == r.KnownRefused }
+
+// stuck says the round read nodes it could have embedded, yet changed none.
+func (r Round) stuck() bool {
+	return !r.idle() && r.Written+r.Remarked+r.Dropped+r.Refused == 0
+}
+
 func (r *Round) add(o Round) {
 	r.Read += o.Read
 	r.Cached += o.Cached
@@ -199,7 +208,7 @@ func (s *Stage) run(ctx context.Context, stop <-chan struct{}, gather bool) (tot
 		switch {
 		case err != nil:
 			s.log.Warn("embedding round failed; retrying", zap.Duration("in", wait), zap.String("error", redact.Text(err.Error())))
-		case round.Read > round.KnownRefused && round.Written+round.Remarked+round.Dropped+round.Refused == 0:
+		case round.stuck():
 			s.log.Warn("embedding round changed nothing; retrying", zap.Duration("in", wait), zap.Int("read", round.Read))
 		}
 		select {
@@ -230,12 +239,12 @@ func (s *Stage) nextWait(round Round, err error, last time.Duration, gather bool
 		// rather than ask again at once. A refused text never gets here:
 		// it is remembered and passed over, so it holds up neither the
 		// nodes behind it nor those marked later.
-		round.Read > round.KnownRefused && round.Written+round.Remarked+round.Dropped+round.Refused == 0:
+		round.stuck():
 		if last == 0 {
 			return s.cfg.Backoff
 		}
 		return min(last*2, s.cfg.BackoffMax)
-	case round.Read == round.KnownRefused:
+	case round.idle():
 		// Nothing pending but texts refused before: idle, never back off,
 		// so that nodes marked meanwhile are embedded without delay.
 		return s.cfg.Idle
@@ -265,10 +274,10 @@ func (s *Stage) Drain(ctx context.Context) (total Round, err error) {
 		}
 		// Refused nodes go to the back of the backlog: a round that reads
 		// only nodes refused before has gone round the whole backlog.
-		if round.Read == 0 || round.KnownRefused == round.Read {
+		if round.idle() {
 			return total, nil
 		}
-		if round.Written+round.Remarked+round.Dropped+round.Refused == 0 {
+		if round.stuck() {
 			return total, fmt.Errorf("embedding stage: %d pending nodes could not be embedded", round.Read)
 		}
 	}
