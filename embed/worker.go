@@ -162,18 +162,11 @@ const backgroundNice = 19
 // for up to 5 s.
 func lowerProcessPriority() error {
 	var errs []error
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		errs = append(errs, fmt.Errorf("embed: list the model process's threads: %w", err))
-	}
-	for _, task := range tasks {
-		tid, err := strconv.Atoi(task.Name())
-		if err != nil {
-			continue
-		}
-		// A thread that has ended since the listing is not an error.
-		if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, backgroundNice); err != nil && !errors.Is(err, syscall.ESRCH) {
-			errs = append(errs, fmt.Errorf("embed: lower the model process's priority to nice %d: %w", backgroundNice, err))
+	// Twice: a thread started during the first pass by one not yet
+	// lowered kept the usual priority.
+	for range 2 {
+		if err := lowerThreads(); err != nil {
+			errs = append(errs, err)
 			break
 		}
 	}
@@ -190,6 +183,25 @@ func lowerProcessPriority() error {
 		time.Sleep(20 * time.Millisecond) // the kernel's limit is 100 ms
 	}
 	return errors.Join(errs...)
+}
+
+// lowerThreads sets every thread of the calling process to backgroundNice.
+func lowerThreads() error {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return fmt.Errorf("embed: list the model process's threads: %w", err)
+	}
+	for _, task := range tasks {
+		tid, err := strconv.Atoi(task.Name())
+		if err != nil {
+			continue
+		}
+		// A thread that has ended since the listing is not an error.
+		if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, backgroundNice); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("embed: lower the model process's priority to nice %d: %w", backgroundNice, err)
+		}
+	}
+	return nil
 }
 
 // workerEmbedder runs the local model in a model process. A process that
