@@ -11,11 +11,14 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"graphsync/internal/proctest"
 )
 
 const (
@@ -133,7 +136,12 @@ func (s *stack) kill(p *syncProc) {
 
 // killInFlight waits until one of ps holds leased rows (looking at them in
 // the order given), SIGKILLs that one at once and returns it with how many
-// rows its lease still covers (the batch it died with).
+// rows its lease still covers (the batch it died with). A relay seen
+// holding rows is stopped (SIGSTOP) and looked at again before the kill:
+// a batch it settled between the look and the SIGKILL's delivery made
+// every kill of a TestChaos/stream run miss its batch (stop 49's CI run,
+// "no SIGKILL hit a relay with a batch in flight"). One that holds none
+// once stopped goes on (SIGCONT).
 //
 // It looks at random intervals of 2 to 20 ms, not on the tick:
 // a relay that has caught up polls every --poll-interval (100ms, the tick)
@@ -153,10 +161,15 @@ func (s *stack) killInFlight(ps ...*syncProc) (*syncProc, int64) {
 	}
 	pollUntil(s.t, time.Minute, randomLook, strings.Join(names, " or ")+" to hold a batch", func() (bool, string) {
 		for _, p := range ps {
+			if s.leasedBy(p.relayID) == 0 {
+				continue
+			}
+			s.stop(p)
 			if s.leasedBy(p.relayID) > 0 {
 				busy = p
 				return true, ""
 			}
+			p.signal(syscall.SIGCONT)
 		}
 		return false, "no row leased" + s.writerState()
 	})
@@ -164,6 +177,31 @@ func (s *stack) killInFlight(ps ...*syncProc) (*syncProc, int64) {
 	inFlight := s.leasedBy(busy.relayID)
 	s.logf("%s died with %d rows in flight", busy.name, inFlight)
 	return busy, inFlight
+}
+
+// stop sends p SIGSTOP and waits until every thread of it has stopped.
+func (s *stack) stop(p *syncProc) {
+	s.t.Helper()
+	p.signal(syscall.SIGSTOP)
+	pollUntil(s.t, exitTimeout, func() time.Duration { return time.Millisecond }, p.name+" to stop", func() (bool, string) {
+		stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", p.cmd.Process.Pid))
+		if err != nil || len(stats) == 0 {
+			return false, fmt.Sprintf("no threads listed (%v)", err)
+		}
+		for _, path := range stats {
+			fields, err := proctest.StatFields(path)
+			if errors.Is(err, os.ErrNotExist) {
+				continue // the thread ended since the glob
+			}
+			if err != nil {
+				return false, err.Error()
+			}
+			if state := fields[proctest.State]; state != "T" && state != "t" {
+				return false, "a thread in state " + state
+			}
+		}
+		return true, ""
+	})
 }
 
 // Looks for a batch in flight are this far apart, at random.
