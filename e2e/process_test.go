@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -184,18 +183,11 @@ func (s *stack) stop(p *syncProc) {
 	s.t.Helper()
 	p.signal(syscall.SIGSTOP)
 	pollUntil(s.t, exitTimeout, func() time.Duration { return time.Millisecond }, p.name+" to stop", func() (bool, string) {
-		stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", p.cmd.Process.Pid))
-		if err != nil || len(stats) == 0 {
-			return false, fmt.Sprintf("no threads listed (%v)", err)
+		threads, err := proctest.ThreadStats(p.cmd.Process.Pid)
+		if err != nil {
+			return false, err.Error()
 		}
-		for _, path := range stats {
-			fields, err := proctest.StatFields(path)
-			if errors.Is(err, os.ErrNotExist) {
-				continue // the thread ended since the glob
-			}
-			if err != nil {
-				return false, err.Error()
-			}
+		for _, fields := range threads {
 			if state := fields[proctest.State]; state != "T" && state != "t" {
 				return false, "a thread in state " + state
 			}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -167,7 +166,11 @@ func TestModelProcessCallEndsWithItsContext(t *testing.T) {
 	if took := time.Since(started); took > 10*time.Second {
 		t.Errorf("the call took %s after its deadline of 200ms", took)
 	}
-	<-first.done
+	select {
+	case <-first.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the model process still runs 10s after its call's deadline")
+	}
 	short, _ := loadFixture(t, DefaultModel)
 	got, err := e.Embed(context.Background(), short[:4])
 	if err != nil {
@@ -206,28 +209,17 @@ func TestModelProcessStartErrors(t *testing.T) {
 // 19th field of its stat line).
 func threadNices(t *testing.T, pid int) map[int]int {
 	t.Helper()
-	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	threads, err := proctest.ThreadStats(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	nices := map[int]int{}
-	for _, path := range stats {
-		fields, err := proctest.StatFields(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // the thread ended since the glob
-		}
+	for tid, fields := range threads {
+		nice, err := strconv.Atoi(fields[proctest.Nice])
 		if err != nil {
 			t.Fatal(err)
 		}
-		tid, err1 := strconv.Atoi(filepath.Base(filepath.Dir(path)))
-		nice, err2 := strconv.Atoi(fields[proctest.Nice])
-		if err := errors.Join(err1, err2); err != nil {
-			t.Fatal(err)
-		}
 		nices[tid] = nice
-	}
-	if len(nices) == 0 {
-		t.Fatalf("no threads of process %d", pid)
 	}
 	return nices
 }

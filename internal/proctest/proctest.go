@@ -3,8 +3,12 @@
 package proctest
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -30,4 +34,32 @@ func StatFields(path string) ([]string, error) {
 		return nil, fmt.Errorf("%s: %d fields after the name", path, len(fields))
 	}
 	return fields, nil
+}
+
+// ThreadStats reads the stat fields of every thread of process pid, by
+// thread id; a thread that ends while they are read is left out.
+func ThreadStats(pid int) (map[int][]string, error) {
+	paths, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	threads := map[int][]string{}
+	for _, path := range paths {
+		tid, err := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		fields, err := StatFields(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // the thread ended since the glob
+		}
+		if err != nil {
+			return nil, err
+		}
+		threads[tid] = fields
+	}
+	if len(threads) == 0 {
+		return nil, fmt.Errorf("no threads of process %d", pid)
+	}
+	return threads, nil
 }
