@@ -77,6 +77,11 @@ type Config struct {
 	// ServeWorkerIfAsked first in main. Commands whose work waits for the
 	// model leave it unset. Outside Linux the model runs in the process.
 	Background bool
+	// OnProcessLog, when set, is called with each line the model process
+	// (Background) writes to its standard error: a crash, ONNX Runtime's
+	// warnings. Sync logs them as its own. Default: the lines go to this
+	// process's standard error as they are.
+	OnProcessLog func(line string)
 
 	// URL is the server's base URL, up to and including /v1 (openai):
 	// requests go to URL + "/embeddings".

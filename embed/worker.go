@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -121,6 +122,7 @@ func serveWorker(in io.Reader, out io.Writer) error {
 			return fmt.Errorf("read a request: %w", err)
 		}
 		if exitOn != "" && slices.Contains(req.Texts, exitOn) {
+			fmt.Fprintln(os.Stderr, "graphsync model process: exits on the test's text, as on a crash")
 			os.Exit(3)
 		}
 		var answer workerAnswer
@@ -204,6 +206,59 @@ func lowerThreads() error {
 	return nil
 }
 
+// workerEnvKeep names the variables of this process's environment the
+// model process gets (environ holds the rest back): the dynamic loader's
+// and the Go runtime's settings. The rest, database URLs, passwords and
+// API keys among them, stays here: the model process needs none of it.
+var workerEnvKeep = []string{
+	"LD_LIBRARY_PATH", "TMPDIR",
+	"GOMAXPROCS", "GOGC", "GOMEMLIMIT", "GODEBUG", "GOTRACEBACK", "GOCOVERDIR",
+	workerExitOnEnv,
+}
+
+// workerEnviron is the model process's environment, from this process's
+// environ: workerEnv set, and the variables workerEnvKeep names.
+func workerEnviron(environ []string) []string {
+	env := []string{workerEnv + "=1"}
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if slices.Contains(workerEnvKeep, name) {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// maxLogLine bounds one forwarded line of the model process's standard
+// error; a longer one is cut.
+const maxLogLine = 4096
+
+// forwardLines hands each line read from r to onLog (nil: writes it to
+// os.Stderr) until r ends, and closes r.
+func forwardLines(r *os.File, onLog func(line string)) {
+	defer r.Close()
+	if onLog == nil {
+		_, _ = io.Copy(os.Stderr, r)
+		return
+	}
+	lines := bufio.NewReaderSize(r, maxLogLine)
+	for {
+		line, err := lines.ReadSlice('\n')
+		if len(line) > 0 {
+			onLog(strings.TrimRight(string(line), "\r\n"))
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// The rest of a long line is dropped.
+			for errors.Is(err, bufio.ErrBufferFull) {
+				_, err = lines.ReadSlice('\n')
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
 // workerEmbedder runs the local model in a model process. A process that
 // could not start again fails the call as unavailable (the stage backs
 // off). One that ends during a call (killed, out of memory, or a text
@@ -213,6 +268,7 @@ func lowerThreads() error {
 // once more in a new process first. The next call starts another.
 type workerEmbedder struct {
 	start     workerStart
+	onLog     func(line string) // nil: the lines go to os.Stderr
 	model     string
 	dimension int
 
@@ -239,8 +295,8 @@ func openWorker(cfg Config) (Embedder, error) {
 		return nil, err
 	}
 	e := &workerEmbedder{start: workerStart{ModelDir: cfg.ModelDir, RuntimeLib: cfg.RuntimeLib,
-		MaxTokens: cfg.MaxTokens, BatchSize: cfg.BatchSize, Threads: cfg.Threads}}
-	proc, hello, err := startWorker(context.Background(), e.start)
+		MaxTokens: cfg.MaxTokens, BatchSize: cfg.BatchSize, Threads: cfg.Threads}, onLog: cfg.OnProcessLog}
+	proc, hello, err := startWorker(context.Background(), e.start, e.onLog)
 	if err != nil {
 		return nil, err
 	}
@@ -263,8 +319,9 @@ func (e *workerEmbedder) setPriorityError(hello workerHello) {
 // session of its own, so in an autogroup of its own, whose priority it
 // lowers once the model is loaded; it is killed when the thread that
 // started it ends (and reads the end of its input when this process
-// does).
-func startWorker(ctx context.Context, start workerStart) (*workerProc, workerHello, error) {
+// does). Each line it writes to its standard error goes to onLog (nil:
+// to this process's standard error).
+func startWorker(ctx context.Context, start workerStart, onLog func(line string)) (*workerProc, workerHello, error) {
 	var hello workerHello
 	exe, err := os.Executable()
 	if err != nil {
@@ -282,19 +339,30 @@ func startWorker(ctx context.Context, start workerStart) (*workerProc, workerHel
 		in.Close()
 		return nil, hello, fmt.Errorf("embed: model process: %w", err)
 	}
+	logs, childErr, err := os.Pipe()
+	if err != nil {
+		childIn.Close()
+		in.Close()
+		out.Close()
+		childOut.Close()
+		return nil, hello, fmt.Errorf("embed: model process: %w", err)
+	}
 	cmd := exec.Command(exe)
 	cmd.Args = []string{filepath.Base(exe) + " (model process)"}
-	cmd.Env = append(os.Environ(), workerEnv+"=1")
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = childIn, childOut, os.Stderr
+	cmd.Env = workerEnviron(os.Environ())
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = childIn, childOut, childErr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	err = cmd.Start()
 	childIn.Close()
 	childOut.Close()
+	childErr.Close()
 	if err != nil {
 		in.Close()
 		out.Close()
+		logs.Close()
 		return nil, hello, fmt.Errorf("embed: start the model process: %w", err)
 	}
+	go forwardLines(logs, onLog)
 	p := &workerProc{cmd: cmd, in: in, out: out, read: bufio.NewReader(out), done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
@@ -436,7 +504,7 @@ var errProcessEnded = errors.New("the model process ended while it embedded thes
 func (e *workerEmbedder) call(ctx context.Context, texts []string) (workerAnswer, error) {
 	var answer workerAnswer
 	if e.proc == nil {
-		proc, hello, err := startWorker(ctx, e.start)
+		proc, hello, err := startWorker(ctx, e.start, e.onLog)
 		if err != nil {
 			if ctx.Err() != nil {
 				return answer, ctx.Err()

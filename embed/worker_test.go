@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -125,10 +127,22 @@ func TestModelProcessThatEndsIsStartedAgain(t *testing.T) {
 // model process ends (here by the test's exit hook, as a crash of the
 // native runtime would) fails its batch as a refusal, never as
 // unavailable, and fails alone too; every other text is embedded.
+//
+// What the process wrote to its standard error before it ended reaches
+// OnProcessLog, line by line.
 func TestModelProcessTextThatCrashesItIsRefusedAlone(t *testing.T) {
 	const poison = "a text the model process dies on"
 	t.Setenv(workerExitOnEnv, poison)
-	e := openTestEmbedder(t, Config{ModelDir: modelDir(DefaultModel), BatchSize: 16, Threads: 1, Background: true})
+	var logged struct {
+		sync.Mutex
+		lines []string
+	}
+	onLog := func(line string) {
+		logged.Lock()
+		defer logged.Unlock()
+		logged.lines = append(logged.lines, line)
+	}
+	e := openTestEmbedder(t, Config{ModelDir: modelDir(DefaultModel), BatchSize: 16, Threads: 1, Background: true, OnProcessLog: onLog})
 	texts, _ := loadFixture(t, DefaultModel)
 	batch := []string{texts[0], poison, texts[1]}
 	if _, err := e.Embed(context.Background(), batch); err == nil || errors.Is(err, ErrUnavailable) {
@@ -142,6 +156,72 @@ func TestModelProcessTextThatCrashesItIsRefusedAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameAsLocalModel(t, []string{texts[0], texts[1]}, got)
+	// The process wrote one line before each of its three ends (the batch,
+	// the text alone and its one retry); the lines are read apart from the
+	// calls, so they may come a little after.
+	const want = "graphsync model process: exits on the test's text, as on a crash"
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		logged.Lock()
+		lines := slices.Clone(logged.lines)
+		logged.Unlock()
+		if len(lines) == 3 && lines[0] == want && lines[1] == want && lines[2] == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("OnProcessLog got %q, want %q three times", lines, want)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the condition, bounded by the deadline
+	}
+}
+
+// TestModelProcessGetsNoSecrets: the model process's environment holds
+// none of this process's variables but those the runtime and the loader
+// read: not a password, a database URL or an API key.
+func TestModelProcessGetsNoSecrets(t *testing.T) {
+	t.Setenv("GRAPHSYNC_NEO4J_PASSWORD", "a-password-the-model-needs-not")
+	t.Setenv(EnvAPIKey, "an-api-key-the-model-needs-not")
+	t.Setenv("GOGC", "150")
+	e := openTestEmbedder(t, Config{ModelDir: modelDir(DefaultModel), BatchSize: 16, Threads: 1, Background: true})
+	pid := e.(*workerEmbedder).proc.cmd.Process.Pid
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+	for _, kv := range env {
+		if strings.Contains(kv, "needs-not") {
+			t.Errorf("the model process has %q in its environment", kv)
+		}
+	}
+	for _, want := range []string{workerEnv + "=1", "GOGC=150"} {
+		if !slices.Contains(env, want) {
+			t.Errorf("the model process's environment %q lacks %s", env, want)
+		}
+	}
+	if extra := len(env) - len(workerEnviron(os.Environ())); extra != 0 {
+		t.Errorf("the model process's environment %q: %d variables more than workerEnviron gives", env, extra)
+	}
+}
+
+// TestForwardLines: each line of the model process's standard error
+// reaches the callback without its line end; a line longer than
+// maxLogLine is cut, and the next line is whole.
+func TestForwardLines(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("x", maxLogLine+100)
+	go func() {
+		fmt.Fprintf(w, "first\r\n%s\nlast without an end", long)
+		w.Close()
+	}()
+	var lines []string
+	forwardLines(r, func(line string) { lines = append(lines, line) })
+	want := []string{"first", long[:maxLogLine], "last without an end"}
+	if !slices.Equal(lines, want) {
+		t.Fatalf("forwarded %d lines %.80q, want %d %.80q", len(lines), lines, len(want), want)
+	}
 }
 
 // TestModelProcessCallEndsWithItsContext: a call whose context ends while
