@@ -53,7 +53,7 @@ func (s *Server) Handler(opts HTTPOptions) http.Handler {
 		opts.MaxSessionsPerToken = DefaultMaxSessionsPerToken
 	}
 	srv := s.MCP(nil)
-	sessions := newSessionCap(srv, opts.MaxSessionsPerToken, opts.SessionTimeout.String())
+	sessions := newSessionCap(srv, opts.MaxSessionsPerToken, opts.SessionTimeout.String(), s.cfg.Metrics.sessionsRefused)
 	streamable := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
 		&mcp.StreamableHTTPOptions{SessionTimeout: opts.SessionTimeout})
 	// The SDK's own middleware carries the caller to the tool calls (and

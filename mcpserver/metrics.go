@@ -14,6 +14,9 @@ type Metrics struct {
 	errors   *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	authFail prometheus.Counter
+	// sessionsRefused counts the sessions a token could not open: it held
+	// its cap of open sessions (HTTP 429).
+	sessionsRefused prometheus.Counter
 }
 
 // NewMetrics builds unregistered collectors; register them with Collectors.
@@ -32,12 +35,15 @@ func NewMetrics() *Metrics {
 		authFail: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "graphsync_mcp_unauthorized_total", Help: "HTTP requests refused with 401 (missing, unknown or revoked token).",
 		}),
+		sessionsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "graphsync_mcp_sessions_refused_total", Help: "MCP sessions refused with 429: the token held its cap of open sessions (--max-sessions-per-token).",
+		}),
 	}
 }
 
 // Collectors lists the collectors to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.errors, m.duration, m.authFail}
+	return []prometheus.Collector{m.requests, m.errors, m.duration, m.authFail, m.sessionsRefused}
 }
 
 func (m *Metrics) observe(tool, outcome string, d time.Duration) {

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // DefaultMaxSessionsPerToken is HTTPOptions.MaxSessionsPerToken's default.
@@ -26,14 +27,15 @@ type sessionCap struct {
 	srv     *mcp.Server
 	max     int
 	timeout string
+	refused prometheus.Counter // each 429
 	mu      sync.Mutex
 	// opened holds, per token id, the ids of the sessions it opened.
 	opened  map[string]map[string]bool
 	opening map[string]int
 }
 
-func newSessionCap(srv *mcp.Server, max int, timeout string) *sessionCap {
-	return &sessionCap{srv: srv, max: max, timeout: timeout, opened: map[string]map[string]bool{}, opening: map[string]int{}}
+func newSessionCap(srv *mcp.Server, max int, timeout string, refused prometheus.Counter) *sessionCap {
+	return &sessionCap{srv: srv, max: max, timeout: timeout, refused: refused, opened: map[string]map[string]bool{}, opening: map[string]int{}}
 }
 
 // serve passes r to next, unless it would open a session past the token's
@@ -44,6 +46,7 @@ func (c *sessionCap) serve(w http.ResponseWriter, r *http.Request, tokenID strin
 		return
 	}
 	if !c.reserve(tokenID) {
+		c.refused.Inc()
 		msg, _ := json.Marshal(fmt.Sprintf("too many open sessions for this token (at most %d): close one (HTTP DELETE with its %s header) or wait until one has been idle for %s",
 			c.max, sessionHeader, c.timeout))
 		w.Header().Set("Content-Type", "application/json")

@@ -22,7 +22,7 @@ import (
 // token's second session was refused at a cap of 2 on a loaded machine.
 func TestProbeSessionsTakeNoPlace(t *testing.T) {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "cap-test", Version: "1"}, nil)
-	caps := newSessionCap(srv, 1, "30m0s")
+	caps := newSessionCap(srv, 1, "30m0s", NewMetrics().sessionsRefused)
 	streamable := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		caps.serve(w, r, "token", streamable)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 
 	"graphsync/mcpserver"
@@ -20,7 +21,9 @@ import (
 // tenant are served; a closed session frees its place.
 func TestSessionsPerTokenAreCapped(t *testing.T) {
 	s := newStack(t)
-	srv, _ := s.server(t, zaptest.NewLogger(t), nil)
+	srv, metrics := s.server(t, zaptest.NewLogger(t), nil)
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(metrics.Collectors()...)
 	ts := httptest.NewServer(srv.Handler(mcpserver.HTTPOptions{Tokens: mcpserver.NewTokenStore(s.pool), MaxSessionsPerToken: 2}))
 	t.Cleanup(ts.Close)
 	token, _ := s.token(t, s.a.tenant)
@@ -54,6 +57,9 @@ func TestSessionsPerTokenAreCapped(t *testing.T) {
 	if code != http.StatusTooManyRequests || !strings.Contains(body, refusal) || !strings.Contains(body, `"jsonrpc":"2.0"`) {
 		t.Errorf("a session past the cap: %d %s, want 429 and a JSON-RPC error", code, body)
 	}
+	if got := counterValue(t, registry, "graphsync_mcp_sessions_refused_total"); got != 2 {
+		t.Errorf("graphsync_mcp_sessions_refused_total is %v after two sessions refused, want 2", got)
+	}
 	// The open sessions, and another token's, are served meanwhile.
 	for name, session := range map[string]*mcp.ClientSession{"first": first, "second": second, "other token": httpSession(t, ts.URL, other)} {
 		if got, _, err := call(t, session, "graph_status", map[string]any{}); err != nil || got.IsError {
@@ -76,4 +82,20 @@ func TestSessionsPerTokenAreCapped(t *testing.T) {
 		}
 		<-time.After(50 * time.Millisecond)
 	}
+}
+
+// counterValue is the value of the counter named name in registry.
+func counterValue(t *testing.T, registry *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
 }
