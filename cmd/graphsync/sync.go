@@ -372,10 +372,31 @@ func waitCaughtUp(ctx context.Context, pgPool *pgxpool.Pool, waited time.Duratio
 			continue
 		}
 		if !flowing {
-			log.Info("caught up: every event that can flow was applied")
+			logCaughtUp(ctx, pgPool, log)
 			return
 		}
 	}
+}
+
+// logCaughtUp says that sync caught up, and what it left: aggregates held
+// by a failing event, aggregates waiting for another aggregate's events,
+// and the DLQ's depth. A batch run that left events behind says so as a
+// warning; the exit code stays 0 (the flag's contract): the operator reads
+// the log, `graphsync dlq list` and /metrics.
+func logCaughtUp(ctx context.Context, pgPool *pgxpool.Pool, log *zap.Logger) {
+	stats, err := relay.ReadStats(ctx, pgPool)
+	if err != nil {
+		log.Info("caught up: every event that can flow was applied")
+		log.Warn("could not count the events left", zap.String("error", redact.Text(err.Error())))
+		return
+	}
+	fields := []zap.Field{zap.Int64("failing_aggregates", stats.BlockedAggregates),
+		zap.Int64("waiting_aggregates", stats.WaitingAggregates), zap.Int64("dlq_depth", stats.DLQDepth)}
+	if stats.BlockedAggregates+stats.WaitingAggregates > 0 {
+		log.Warn("caught up, with events left that cannot flow: failing, behind a failing event, or waiting for another aggregate's events", fields...)
+		return
+	}
+	log.Info("caught up: every event that can flow was applied", fields...)
 }
 
 func retainEvery(ctx context.Context, pgPool *pgxpool.Pool, every time.Duration, cfg relay.RetentionConfig, log *zap.Logger) {
