@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
 	"time"
 )
@@ -61,9 +62,11 @@ func openOpenAI(cfg Config) (Embedder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--embed-url: not a URL (%s)", oneLine(strings.ReplaceAll(err.Error(), cfg.URL, "…")))
 	}
-	base.Path = strings.TrimRight(base.Path, "/")
+	// Without empty and dot segments or a trailing slash: the same server
+	// however the URL spells it (serverID).
+	base.Path = strings.TrimRight(path.Clean("/"+base.Path), "/")
 	base.RawPath = ""
-	e.modelID = "openai:" + e.model + "@" + strings.ToLower(base.Host) + base.EscapedPath()
+	e.modelID = "openai:" + e.model + "@" + serverID(base)
 	base.Path += "/embeddings"
 	e.endpoint = base.String()
 	e.shown = base.Scheme + "://" + base.Host + base.EscapedPath()
@@ -85,6 +88,21 @@ func openOpenAI(cfg Config) (Embedder, error) {
 // is. The URL's user info, query and fragment (credentials, an
 // api-version) stay out: the id is stored and shown.
 func (e *openAIEmbedder) Model() string { return e.modelID }
+
+// serverID is the HOST/PATH of base (its path cleaned by Open) in the
+// model id, the same however the URL spells one server: the host in lower
+// case and without the scheme's default port. Another spelling would be
+// another model, and every vector would be embedded again.
+func serverID(base *url.URL) string {
+	host := strings.ToLower(base.Host)
+	switch {
+	case base.Scheme == "http" && strings.HasSuffix(host, ":80"):
+		host = strings.TrimSuffix(host, ":80")
+	case base.Scheme == "https" && strings.HasSuffix(host, ":443"):
+		host = strings.TrimSuffix(host, ":443")
+	}
+	return host + base.EscapedPath()
+}
 
 func (e *openAIEmbedder) Dimension() int { return e.dimension }
 func (e *openAIEmbedder) Close() error {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -367,5 +368,49 @@ func TestOpenAIModelIDNamesTheServer(t *testing.T) {
 	}
 	if want := "openai:all-minilm-l6-v2@" + strings.TrimPrefix(second.URL, "http://") + "/v1"; b.Model() != want {
 		t.Fatalf("model id %q, want %q", b.Model(), want)
+	}
+}
+
+// TestServerIDIsTheSameHoweverTheURLIsSpelled: one server spelled with a
+// trailing slash, the scheme's default port, capitals in the host, or
+// empty and dot segments in the path keeps one model id (another id would
+// embed every text again), and is asked at the same endpoint; another
+// port, path or host is another server.
+func TestServerIDIsTheSameHoweverTheURLIsSpelled(t *testing.T) {
+	server := newEmbeddingServer(t, nil)
+	opened := func(base string) Embedder {
+		t.Helper()
+		cfg := openAIConfig(base)
+		cfg.URL = base
+		e, err := Open(cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", base, err)
+		}
+		t.Cleanup(func() { _ = e.Close() })
+		return e
+	}
+	plain := opened(server.URL + "/v1")
+	for _, spelled := range []string{server.URL + "/v1/", server.URL + "//v1/./",
+		server.URL + "/x/../v1"} {
+		if got := opened(spelled).Model(); got != plain.Model() {
+			t.Errorf("%s: model id %q, want %q as for %s/v1", spelled, got, plain.Model(), server.URL)
+		}
+	}
+	for want, spellings := range map[string][]string{
+		"embed.example.org/v1":    {"https://embed.example.org/v1", "https://Embed.Example.ORG:443/v1"},
+		"10.0.0.5:8080/v1":        {"http://10.0.0.5:8080/v1"},
+		"10.0.0.5":                {"http://10.0.0.5", "http://10.0.0.5:80"},
+		"10.0.0.5:443":            {"http://10.0.0.5:443"},
+		"embed.example.org:80/v1": {"https://embed.example.org:80/v1"},
+	} {
+		for _, raw := range spellings {
+			u, err := url.Parse(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := serverID(u); got != want {
+				t.Errorf("%s: server id %q, want %q", raw, got, want)
+			}
+		}
 	}
 }
