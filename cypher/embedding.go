@@ -77,11 +77,13 @@ func EmbeddingWriteText(e graphmodel.Embedding) string {
 // unless its vector is of that hash, where the node still holds the state
 // the hash was computed from (its outbox id, the sync guard's): drift's
 // repair, the rebuild and the stage's start-up sweep use it for nodes the
-// projector wrote without an embedder, or with another model.
+// projector wrote without an embedder, or with another model. A vector
+// property that is not a list (another writer's) is not of the dimension:
+// size() of it would fail the statement.
 func EmbeddingMarkText(e graphmodel.Embedding) string {
 	return fmt.Sprintf("UNWIND $rows AS row\nMATCH %[1]s\n%[2]s"+
 		"WITH n, row WHERE n.%[3]s = row.outbox_id\n"+
-		"SET n.%[4]s = row.hash, n.%[5]s = CASE WHEN n.%[6]s = row.hash AND n.%[7]s = $model AND size(n.%[8]s) = $dimension THEN null ELSE coalesce(n.%[5]s, timestamp()) END\n"+
+		"SET n.%[4]s = row.hash, n.%[5]s = CASE WHEN n.%[6]s = row.hash AND n.%[7]s = $model AND CASE WHEN n.%[8]s IS :: LIST<ANY> THEN size(n.%[8]s) END = $dimension THEN null ELSE coalesce(n.%[5]s, timestamp()) END\n"+
 		"RETURN count(*) AS applied",
 		keyLookup("n", e.Label), lockNode("n"), graphmodel.PropOutboxID, e.TextHashProperty, e.PendingProperty, e.HashProperty, e.ModelProperty, e.VectorProperty)
 }

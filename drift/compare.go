@@ -330,18 +330,19 @@ func vectorFindings(model graphmodel.Model, vectors *VectorCheck, label graphmod
 	}
 	outboxID, _ := got.props[graphmodel.PropOutboxID].(int64)
 	repair := &repairAction{markEmbedding: &embeddingMark{outboxID: outboxID, hash: want}}
-	vector, _ := got.props[e.VectorProperty].([]any)
 	modelOf, _ := got.props[e.ModelProperty].(string)
 	hash, _ := got.props[e.HashProperty].(string)
 	switch {
 	case refused:
 		add(MissingEmbedding, "the embedder refused its text", repair)
-	case got.props[e.VectorProperty] == nil:
+	case !got.hasVector:
 		add(MissingEmbedding, "no vector", repair)
 	case modelOf != vectors.Model:
 		add(WrongEmbeddingModel, fmt.Sprintf("vector of model %s, want %s", show(modelOf), show(vectors.Model)), repair)
-	case len(vector) != vectors.Dimension:
-		add(WrongEmbeddingDimension, fmt.Sprintf("vector of %d floats, want %d", len(vector), vectors.Dimension), repair)
+	case got.vectorLen < 0:
+		add(WrongEmbeddingDimension, "a vector that is not a list", repair)
+	case got.vectorLen != int64(vectors.Dimension):
+		add(WrongEmbeddingDimension, fmt.Sprintf("vector of %d floats, want %d", got.vectorLen, vectors.Dimension), repair)
 	case hash != want:
 		add(StaleEmbedding, "vector of another text than the rows imply", repair)
 	case got.props[e.TextHashProperty] != want:

@@ -22,6 +22,11 @@ type node struct {
 	id      int64
 	version int64
 	props   map[string]any
+	// hasVector and vectorLen, on the embedded label's nodes of the graph
+	// side: whether the node holds a vector, and how many floats (props
+	// holds neither the vector nor its key).
+	hasVector bool
+	vectorLen int64
 	// rels are the relationships this node owns: for an aggregate, those
 	// its events write (IN_CATEGORY of a product; PLACED into and CONTAINS
 	// out of an order).
@@ -267,12 +272,20 @@ func graphChunkQuery(model graphmodel.Model, label string) string {
 		return fmt.Sprintf("[%s WHERE type(r) IN [%s] | {type: type(r), other: m.id, other_tenant: m.tenant_id, "+
 			"other_labels: labels(m), props: properties(r), eid: elementId(r)}]", pattern, quoteList(types))
 	}
+	// The embedded label's vector comes as its length (-1: a value that is
+	// not a list, which another writer may have left): drift checks no
+	// float of it, and the floats were most of what a chunk of products
+	// carried (384 of them a node, each decoded on its own).
+	props := "properties(n)"
+	if e, ok := model.EmbeddingOf(label); ok {
+		props = fmt.Sprintf("n {.*, %[1]s: CASE WHEN n.%[1]s IS :: LIST<ANY> THEN size(n.%[1]s) WHEN n.%[1]s IS NOT NULL THEN -1 END}", e.VectorProperty)
+	}
 	return fmt.Sprintf(`MATCH (n:%s)
 WHERE n.tenant_id = $tenant AND `+integerID("n")+` AND n.id > $after AND ((n.id %% 1000003) * 7919 + $offset) %% 1000 < $share
   AND ($ids IS NULL OR n.id IN $ids)
 WITH n ORDER BY n.id LIMIT $limit
-RETURN n.id AS id, properties(n) AS props, %s AS outs, %s AS ins`,
-		label, relList(outs, "(n)-[r]->(m)"), relList(ins, "(m)-[r]->(n)"))
+RETURN n.id AS id, %s AS props, %s AS outs, %s AS ins`,
+		label, props, relList(outs, "(n)-[r]->(m)"), relList(ins, "(m)-[r]->(n)"))
 }
 
 // integerID is the Cypher condition that a node's id is a positive integer,
@@ -332,6 +345,12 @@ func graphChunk(ctx context.Context, driver neo4j.DriverWithContext, database st
 		props, _, _ := neo4j.GetRecordValue[map[string]any](rec, "props")
 		n := node{label: label, id: id, props: props}
 		n.version, _ = props[graphmodel.PropVersion].(int64)
+		if e, ok := model.EmbeddingOf(label); ok {
+			size, present := props[e.VectorProperty]
+			n.hasVector = present && size != nil
+			n.vectorLen, _ = size.(int64)
+			delete(props, e.VectorProperty)
+		}
 		for _, dir := range []string{"outs", "ins"} {
 			list, _, _ := neo4j.GetRecordValue[[]any](rec, dir)
 			for _, v := range list {

@@ -313,7 +313,7 @@ func TestDriftReportsAndRepairsVectors(t *testing.T) {
 		t.Fatal(err)
 	}
 	var evs []events.Event
-	for i := int64(1); i <= 5; i++ {
+	for i := int64(1); i <= 6; i++ {
 		p := productState(w.id(i), 1, fmt.Sprintf("Bowl %d", i), "Stoneware bowl, glazed", 1200)
 		if _, err := w.pool.Exec(w.ctx, `INSERT INTO products (id, tenant_id, sku, name, description, price_cents, currency, status, version)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, p.ID, w.tenant, p.SKU, p.Name, p.Description, p.PriceCents, p.Currency, p.Status, p.Version); err != nil {
@@ -344,6 +344,9 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, p.ID, w.tenant, p.SKU, p.Name, p.D
 		2: "SET n.embedding_model = 'another-model'",
 		3: "SET n.embedding = [0.5, 0.5, 0.5]",
 		4: "SET n.embedding_hash = 'not the text'",
+		// Not a list at all: another writer's; drift reads the vector's
+		// length, and must not fail on it.
+		5: "SET n.embedding = 5",
 	}
 	for id, change := range plant {
 		// Test-only Cypher of constants; the values are parameters.
@@ -353,7 +356,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, p.ID, w.tenant, p.SKU, p.Name, p.D
 		}
 	}
 	r := check(true)
-	want := map[drift.Kind]int{drift.MissingEmbedding: 1, drift.WrongEmbeddingModel: 1, drift.WrongEmbeddingDimension: 1, drift.StaleEmbedding: 1}
+	want := map[drift.Kind]int{drift.MissingEmbedding: 1, drift.WrongEmbeddingModel: 1, drift.WrongEmbeddingDimension: 2, drift.StaleEmbedding: 1}
 	got := map[drift.Kind]int{}
 	for _, c := range r.Counts {
 		got[c.Kind] += c.Count
@@ -364,13 +367,13 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, p.ID, w.tenant, p.SKU, p.Name, p.D
 	if len(r.Repaired) == 0 {
 		t.Fatal("repair changed nothing")
 	}
-	if round := drain(t, s, w.ctx); round.Written != 4 || round.Embedded != 0 {
-		t.Fatalf("drain after the repair: %+v, want 4 written from the cache", round)
+	if round := drain(t, s, w.ctx); round.Written != 5 || round.Embedded != 0 {
+		t.Fatalf("drain after the repair: %+v, want 5 written from the cache", round)
 	}
 	if r := check(false); r.DriftTotal != 0 {
 		t.Fatalf("drift %d after the repair: %+v", r.DriftTotal, r.Counts)
 	}
-	for i := int64(1); i <= 5; i++ {
+	for i := int64(1); i <= 6; i++ {
 		w.current(w.id(i))
 	}
 }
