@@ -79,8 +79,10 @@ type Config struct {
 	Background bool
 	// OnProcessLog, when set, is called with each line the model process
 	// (Background) writes to its standard error: a crash, ONNX Runtime's
-	// warnings. Sync logs them as its own. Default: the lines go to this
-	// process's standard error as they are.
+	// warnings. Sync logs them as its own. It is called from a goroutine
+	// of each model process, so possibly from two at once while an ended
+	// one's last lines are read: it must be safe for concurrent use.
+	// Default: the lines go to this process's standard error as they are.
 	OnProcessLog func(line string)
 
 	// URL is the server's base URL, up to and including /v1 (openai):

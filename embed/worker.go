@@ -207,22 +207,27 @@ func lowerThreads() error {
 }
 
 // workerEnvKeep names the variables of this process's environment the
-// model process gets (environ holds the rest back): the dynamic loader's
-// and the Go runtime's settings. The rest, database URLs, passwords and
-// API keys among them, stays here: the model process needs none of it.
+// model process is handed (workerEnviron holds the rest back): the dynamic
+// loader's, the C allocator's (how ONNX Runtime's memory is bounded) and
+// the Go runtime's settings; workerEnvKeepPrefixes, families of them. The
+// rest, database URLs, passwords and API keys among them, is not handed
+// down: the model process needs none of it.
 var workerEnvKeep = []string{
-	"LD_LIBRARY_PATH", "TMPDIR",
+	"LD_LIBRARY_PATH", "LD_PRELOAD", "GLIBC_TUNABLES", "TMPDIR",
 	"GOMAXPROCS", "GOGC", "GOMEMLIMIT", "GODEBUG", "GOTRACEBACK", "GOCOVERDIR",
 	workerExitOnEnv,
 }
 
+var workerEnvKeepPrefixes = []string{"MALLOC_", "OMP_"}
+
 // workerEnviron is the model process's environment, from this process's
-// environ: workerEnv set, and the variables workerEnvKeep names.
+// environ: workerEnv set, and the variables workerEnvKeep and
+// workerEnvKeepPrefixes name.
 func workerEnviron(environ []string) []string {
 	env := []string{workerEnv + "=1"}
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if slices.Contains(workerEnvKeep, name) {
+		if slices.Contains(workerEnvKeep, name) || slices.ContainsFunc(workerEnvKeepPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
 			env = append(env, kv)
 		}
 	}
@@ -280,11 +285,12 @@ type workerEmbedder struct {
 
 // workerProc is one running model process.
 type workerProc struct {
-	cmd  *exec.Cmd
-	in   *os.File // the process's stdin
-	out  *os.File // its stdout
-	read *bufio.Reader
-	done chan struct{} // closed once the process has been waited for
+	cmd    *exec.Cmd
+	in     *os.File // the process's stdin
+	out    *os.File // its stdout
+	read   *bufio.Reader
+	done   chan struct{} // closed once the process has been waited for
+	logged chan struct{} // closed once its standard error has been read to the end
 }
 
 // openWorker checks the model files as openONNX does (the same one-line
@@ -362,8 +368,11 @@ func startWorker(ctx context.Context, start workerStart, onLog func(line string)
 		logs.Close()
 		return nil, hello, fmt.Errorf("embed: start the model process: %w", err)
 	}
-	go forwardLines(logs, onLog)
-	p := &workerProc{cmd: cmd, in: in, out: out, read: bufio.NewReader(out), done: make(chan struct{})}
+	p := &workerProc{cmd: cmd, in: in, out: out, read: bufio.NewReader(out), done: make(chan struct{}), logged: make(chan struct{})}
+	go func() {
+		forwardLines(logs, onLog)
+		close(p.logged)
+	}()
 	go func() {
 		_ = cmd.Wait()
 		close(p.done)
@@ -427,8 +436,19 @@ func (e *workerStartError) Unwrap() error {
 func (p *workerProc) kill() {
 	_ = p.cmd.Process.Kill()
 	<-p.done
+	p.waitLogged()
 	p.in.Close()
 	p.out.Close()
+}
+
+// waitLogged waits, for up to a second, until the ended process's last
+// lines have been handed on: its last words (a crash) come before the
+// error its end gives, and before sync's own last line.
+func (p *workerProc) waitLogged() {
+	select {
+	case <-p.logged:
+	case <-time.After(time.Second):
+	}
 }
 
 // stop closes the process's input, so that it ends once its call in
@@ -437,6 +457,7 @@ func (p *workerProc) stop(wait time.Duration) {
 	_ = p.in.Close()
 	select {
 	case <-p.done:
+		p.waitLogged()
 		p.out.Close()
 	case <-time.After(wait):
 		p.kill()

@@ -225,10 +225,10 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) (err error) {
 	// once (exit 2), naming the file and make model.
 	f.embedder.Threads = embed.SyncThreads(f.embedder.Threads, runtime.GOMAXPROCS(0))
 	f.embedder.Background = true
+	// The line is the message: zap samples entries by message, and a
+	// crash's trace of many lines under one message would lose most.
 	modelLog := log.Named("model")
-	f.embedder.OnProcessLog = func(line string) {
-		modelLog.Warn("model process", zap.String("line", redact.ErrorText(line)))
-	}
+	f.embedder.OnProcessLog = func(line string) { modelLog.Warn(redact.ErrorText(line)) }
 	embedder, modelLoad, err := openEmbedder(f.embedder)
 	if err != nil {
 		return err
