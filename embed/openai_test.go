@@ -399,7 +399,7 @@ func TestServerIDIsTheSameHoweverTheURLIsSpelled(t *testing.T) {
 	for want, spellings := range map[string][]string{
 		"embed.example.org/v1":    {"https://embed.example.org/v1", "https://Embed.Example.ORG:443/v1"},
 		"10.0.0.5:8080/v1":        {"http://10.0.0.5:8080/v1"},
-		"10.0.0.5":                {"http://10.0.0.5", "http://10.0.0.5:80"},
+		"10.0.0.5":                {"http://10.0.0.5", "http://10.0.0.5:80", "http://10.0.0.5:"},
 		"10.0.0.5:443":            {"http://10.0.0.5:443"},
 		"embed.example.org:80/v1": {"https://embed.example.org:80/v1"},
 	} {
