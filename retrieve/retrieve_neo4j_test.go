@@ -527,3 +527,40 @@ func TestVectorOfAnOlderTextIsNoSeed(t *testing.T) {
 		t.Fatalf("after the stage embedded the new text: seeds %v, want the new kettle %d and not the hose %d", ids, g.id(13), g.id(11))
 	}
 }
+
+// A vector another writer spoiled (a list of another dimension, a value
+// that is not a list) while the hashes still say current is no seed, and
+// the tenant's question is answered from the rest: vector.similarity.cosine
+// fails on either, and one such node would fail every vector question of
+// its tenant until drift repaired it.
+func TestSpoiledVectorIsNoSeed(t *testing.T) {
+	e := realEmbedder(t)
+	g := newEmbeddedTenantGraph(t, e)
+	g.shop()
+	g.embed(e)
+	ctx := context.Background()
+	for id, value := range map[int64]any{12: []float64{0.5, 0.5, 0.5}, 13: "not a vector"} {
+		// Test-only Cypher of constants; the values are parameters.
+		if _, err := neo4j.ExecuteQuery(ctx, g.driver, "MATCH (n:Product {tenant_id: $tenant, id: $id}) SET n.embedding = $value",
+			map[string]any{"tenant": g.tenant, "id": g.id(id), "value": value}, neo4j.EagerResultTransformer); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, mode := range []Retrieval{RetrievalVector, RetrievalHybrid} {
+		for _, exactMax := range []int{defaultExactScanMax, 1} {
+			res, err := retriever(t, g.driver, Config{Embedder: e, Retrieval: mode, TopK: 10, NoHops: true, ExactScanMax: exactMax}).
+				Retrieve(ctx, g.tenant, "boil water for tea")
+			if err != nil {
+				t.Fatalf("%s, exact scan up to %d products: %v", mode, exactMax, err)
+			}
+			ids := map[int64]bool{}
+			for _, s := range res.Seeds {
+				ids[s.ID] = true
+			}
+			if !ids[g.id(11)] || (mode == RetrievalVector && (ids[g.id(12)] || ids[g.id(13)])) {
+				t.Errorf("%s, exact scan up to %d products: seeds %v, want the kettle %d and neither spoiled vector (%d, %d)",
+					mode, exactMax, ids, g.id(11), g.id(12), g.id(13))
+			}
+		}
+	}
+}

@@ -34,11 +34,16 @@ const (
 // costs what the tenant's own products cost, and the top-k is the tenant's
 // exact top-k. "id IS NOT NULL" is what lets the planner seek the composite
 // index on its first key; with tenant_id alone it scans every product of
-// every tenant (TestVectorQueriesSeekTheTenant).
+// every tenant (TestVectorQueriesSeekTheTenant). A vector that is not a
+// list of floats of the question's dimension (another writer's; drift
+// reports it) is passed over: the cosine fails on it, and would fail the
+// tenant's every question (TestSpoiledVectorIsNoSeed).
 func vectorExactQuery(e graphmodel.Embedding, label graphmodel.Label) string {
+	v := "node." + e.VectorProperty
 	return `MATCH (node:` + label.Name + ` {tenant_id: $tenant})
-WHERE node.id IS NOT NULL AND node.` + e.VectorProperty + ` IS NOT NULL AND ` + currentVector("node", e) + `
-WITH node, vector.similarity.cosine(node.` + e.VectorProperty + `, $vector) AS score
+WHERE node.id IS NOT NULL AND ` + v + ` IS :: LIST<FLOAT NOT NULL> AND ` + currentVector("node", e) + `
+  AND CASE WHEN ` + v + ` IS :: LIST<FLOAT NOT NULL> THEN size(` + v + `) END = size($vector)
+WITH node, vector.similarity.cosine(` + v + `, $vector) AS score
 ORDER BY score DESC, node.id ASC
 LIMIT $topK
 RETURN node.id AS id, ` + propsProjection("node", label) + ` AS props, score`
