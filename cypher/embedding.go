@@ -37,6 +37,17 @@ const VectorIndexQuery = "SHOW INDEXES YIELD name, type, labelsOrTypes, properti
 	"RETURN type, labelsOrTypes AS labels, properties, options.indexConfig['vector.dimensions'] AS dimensions, " +
 	"options.indexConfig['vector.similarity_function'] AS similarity"
 
+// VectorSize is the length of node's vector (its e.VectorProperty) where
+// it is a list of floats, and null otherwise: absent, or another writer's
+// value of another type. size() and vector.similarity.cosine fail on such
+// a value, so every statement that reads a vector's length or scores it
+// compares this with the dimension first: drift's read, the mark's current
+// test, retrieval's exact scan.
+func VectorSize(node string, e graphmodel.Embedding) string {
+	v := node + "." + e.VectorProperty
+	return "CASE WHEN " + v + " IS :: LIST<FLOAT NOT NULL> THEN size(" + v + ") END"
+}
+
 // EmbeddingPendingText reads up to $limit pending nodes (of the $tenants
 // when not null), oldest mark first,
 // with the properties their text is made of and the hash the projector
@@ -78,14 +89,14 @@ func EmbeddingWriteText(e graphmodel.Embedding) string {
 // the hash was computed from (its outbox id, the sync guard's): drift's
 // repair, the rebuild and the stage's start-up sweep use it for nodes the
 // projector wrote without an embedder, or with another model. A vector
-// property that is not a list (another writer's) is not of the dimension:
-// size() of it would fail the statement.
+// property that is not a list of floats (another writer's) is not of the
+// dimension (VectorSize).
 func EmbeddingMarkText(e graphmodel.Embedding) string {
 	return fmt.Sprintf("UNWIND $rows AS row\nMATCH %[1]s\n%[2]s"+
 		"WITH n, row WHERE n.%[3]s = row.outbox_id\n"+
-		"SET n.%[4]s = row.hash, n.%[5]s = CASE WHEN n.%[6]s = row.hash AND n.%[7]s = $model AND CASE WHEN n.%[8]s IS :: LIST<ANY> THEN size(n.%[8]s) END = $dimension THEN null ELSE coalesce(n.%[5]s, timestamp()) END\n"+
+		"SET n.%[4]s = row.hash, n.%[5]s = CASE WHEN n.%[6]s = row.hash AND n.%[7]s = $model AND %[8]s = $dimension THEN null ELSE coalesce(n.%[5]s, timestamp()) END\n"+
 		"RETURN count(*) AS applied",
-		keyLookup("n", e.Label), lockNode("n"), graphmodel.PropOutboxID, e.TextHashProperty, e.PendingProperty, e.HashProperty, e.ModelProperty, e.VectorProperty)
+		keyLookup("n", e.Label), lockNode("n"), graphmodel.PropOutboxID, e.TextHashProperty, e.PendingProperty, e.HashProperty, e.ModelProperty, VectorSize("n", e))
 }
 
 // EmbeddingRequeueText moves each row's node to the back of the backlog (a

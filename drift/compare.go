@@ -340,7 +340,7 @@ func vectorFindings(model graphmodel.Model, vectors *VectorCheck, label graphmod
 	case modelOf != vectors.Model:
 		add(WrongEmbeddingModel, fmt.Sprintf("vector of model %s, want %s", show(modelOf), show(vectors.Model)), repair)
 	case got.vectorLen < 0:
-		add(WrongEmbeddingDimension, "a vector that is not a list", repair)
+		add(WrongEmbeddingDimension, "a vector that is not a list of floats", repair)
 	case got.vectorLen != int64(vectors.Dimension):
 		add(WrongEmbeddingDimension, fmt.Sprintf("vector of %d floats, want %d", got.vectorLen, vectors.Dimension), repair)
 	case hash != want:

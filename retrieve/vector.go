@@ -7,6 +7,7 @@ import (
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
+	"graphsync/cypher"
 	"graphsync/graphmodel"
 )
 
@@ -39,11 +40,10 @@ const (
 // reports it) is passed over: the cosine fails on it, and would fail the
 // tenant's every question (TestSpoiledVectorIsNoSeed).
 func vectorExactQuery(e graphmodel.Embedding, label graphmodel.Label) string {
-	v := "node." + e.VectorProperty
 	return `MATCH (node:` + label.Name + ` {tenant_id: $tenant})
-WHERE node.id IS NOT NULL AND ` + v + ` IS :: LIST<FLOAT NOT NULL> AND ` + currentVector("node", e) + `
-  AND CASE WHEN ` + v + ` IS :: LIST<FLOAT NOT NULL> THEN size(` + v + `) END = size($vector)
-WITH node, vector.similarity.cosine(` + v + `, $vector) AS score
+WHERE node.id IS NOT NULL AND node.` + e.VectorProperty + ` IS NOT NULL AND ` + currentVector("node", e) + `
+  AND ` + cypher.VectorSize("node", e) + ` = size($vector)
+WITH node, vector.similarity.cosine(node.` + e.VectorProperty + `, $vector) AS score
 ORDER BY score DESC, node.id ASC
 LIMIT $topK
 RETURN node.id AS id, ` + propsProjection("node", label) + ` AS props, score`
