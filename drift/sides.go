@@ -275,9 +275,9 @@ func graphChunkQuery(model graphmodel.Model, label string) string {
 	}
 	// The embedded label's vector comes as its length (-1: a value that is
 	// not a list of floats, which another writer may have left, and on
-	// which size() would fail the read): drift checks no float of it. Reading 20,000
-	// products took about as long either way (1.3 s): the gain is in what
-	// drift holds and decodes, not in time.
+	// which size() would fail the read): drift checks no float of it.
+	// Reading 20,000 products took about as long either way (1.3 s): the
+	// gain is in what drift holds and decodes, not in time.
 	props := "properties(n)"
 	if e, ok := model.EmbeddingOf(label); ok {
 		props = fmt.Sprintf("n {.*, %[1]s: CASE WHEN n.%[1]s IS NULL THEN null ELSE coalesce(%[2]s, -1) END}", e.VectorProperty, cypher.VectorSize("n", e))

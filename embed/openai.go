@@ -91,8 +91,9 @@ func (e *openAIEmbedder) Model() string { return e.modelID }
 
 // serverID is the HOST/PATH of base (its path cleaned by Open) in the
 // model id, the same however the URL spells one server: the host in lower
-// case and without the scheme's default port (or an empty one). Another spelling would be
-// another model, and every vector would be embedded again.
+// case and without the scheme's default port (or an empty one). Another
+// spelling would be another model, and every vector would be embedded
+// again.
 func serverID(base *url.URL) string {
 	host := strings.TrimSuffix(strings.ToLower(base.Host), ":") // an empty port
 	switch {
