@@ -16,7 +16,8 @@ import (
 // pending can flow, and its last word says what it left: a failing event
 // (a payload that does not decode, in one batch with a good event of
 // another aggregate) makes it a warning naming one failing aggregate;
-// once that row is gone, the same run says every event was applied.
+// once that row is gone, the next run says every event was applied; a
+// bad event dead-lettered during a run makes it a warning again.
 func TestCaughtUpSaysWhatIsLeft(t *testing.T) {
 	ctx := context.Background()
 	pgURL, pool := stacktest.FreshDatabase(t)
@@ -40,10 +41,10 @@ func TestCaughtUpSaysWhatIsLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stacktest.CleanGraph(t, driver, tenant) })
-	syncOnce := func() string {
+	syncOnce := func(maxAttempts string) string {
 		t.Helper()
 		code, stderr := runCapturingStderr(t, []string{"sync", "--until-caught-up", "--http-addr=", "--wake", "poll", "--poll-interval", "50ms",
-			"--retention-every", "0", "--embedder", "none", "--max-attempts", "100", "--pg-url", pgURL, "--neo4j-uri", stacktest.Neo4jURI(t)})
+			"--retention-every", "0", "--embedder", "none", "--max-attempts", maxAttempts, "--pg-url", pgURL, "--neo4j-uri", stacktest.Neo4jURI(t)})
 		if code != 0 {
 			t.Fatalf("sync --until-caught-up exited %d:\n%s", code, stderr)
 		}
@@ -55,8 +56,8 @@ func TestCaughtUpSaysWhatIsLeft(t *testing.T) {
 		t.Fatalf("sync --until-caught-up did not say it caught up:\n%s", stderr)
 		return ""
 	}
-	line := syncOnce()
-	for _, want := range []string{`"level":"warn"`, "with events left that cannot flow", `"failing_aggregates":1`, `"waiting_aggregates":0`, `"dlq_depth":0`} {
+	line := syncOnce("100")
+	for _, want := range []string{`"level":"warn"`, "with events left that cannot flow", `"failing_aggregates":1`, `"waiting_aggregates":0`, `"dlq_depth":0`, `"dead_lettered":0`} {
 		if !strings.Contains(line, want) {
 			t.Errorf("caught up with a failing event: %s\nwant %s", line, want)
 		}
@@ -68,10 +69,22 @@ func TestCaughtUpSaysWhatIsLeft(t *testing.T) {
 	if _, err := pool.Exec(ctx, `DELETE FROM outbox_messages WHERE id = $1`, bad); err != nil {
 		t.Fatal(err)
 	}
-	line = syncOnce()
+	line = syncOnce("100")
 	for _, want := range []string{`"level":"info"`, "every event that can flow was applied", `"failing_aggregates":0`} {
 		if !strings.Contains(line, want) {
 			t.Errorf("caught up with nothing left: %s\nwant %s", line, want)
+		}
+	}
+	// One delivery allowed: the bad event moves to the DLQ during the run,
+	// nothing is left pending, and the run still says so.
+	if _, err := pool.Exec(ctx, `INSERT INTO outbox_messages (tenant_id, aggregate_type, aggregate_id, event_type, payload)
+		VALUES ($1, 'Product', 3, 'ProductCreated', '{"sku": 5}')`, tenant); err != nil {
+		t.Fatal(err)
+	}
+	line = syncOnce("1")
+	for _, want := range []string{`"level":"warn"`, "with events moved to the DLQ during the run", `"failing_aggregates":0`, `"dlq_depth":1`, `"dead_lettered":1`} {
+		if !strings.Contains(line, want) {
+			t.Errorf("caught up after a dead letter: %s\nwant %s", line, want)
 		}
 	}
 }

@@ -295,6 +295,14 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) (err error) {
 		zap.Int("batch_size", cfg.BatchSize), zap.Int("backlog_batch_size", cfg.BacklogBatchSize), zap.Int("workers", cfg.Workers),
 		zap.String("postgres", redact.URL(f.conn.pgURL)), zap.String("neo4j", redact.URL(f.conn.neo4jURI)))
 
+	// A batch run says at its end how much the DLQ grew meanwhile: read
+	// before the relay can dead-letter anything (-1: could not say).
+	dlqBefore := int64(-1)
+	if f.untilCaughtUp {
+		if stats, err := relay.ReadStats(ctx, pgPool); err == nil {
+			dlqBefore = stats.DLQDepth
+		}
+	}
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
 	tasks := pool.New().WithErrors().WithContext(context.WithoutCancel(ctx))
@@ -341,7 +349,7 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) (err error) {
 	}
 	if f.untilCaughtUp {
 		tasks.Go(func(context.Context) error {
-			waitCaughtUp(runCtx, pgPool, rel.Config().DependencyWaitMax, log)
+			waitCaughtUp(runCtx, pgPool, rel.Config().DependencyWaitMax, dlqBefore, log)
 			cancelRun()
 			return nil
 		})
@@ -357,7 +365,7 @@ func serveSync(ctx context.Context, f syncFlags, log *zap.Logger) (err error) {
 // waitCaughtUp returns once no pending event can flow (every one left is
 // failing or behind a failing one, or its aggregate has waited for another
 // aggregate's events for longer than waited) or ctx is done.
-func waitCaughtUp(ctx context.Context, pgPool *pgxpool.Pool, waited time.Duration, log *zap.Logger) {
+func waitCaughtUp(ctx context.Context, pgPool *pgxpool.Pool, waited time.Duration, dlqBefore int64, log *zap.Logger) {
 	ticker := time.NewTicker(200 * time.Millisecond)
 	defer ticker.Stop()
 	for {
@@ -372,7 +380,7 @@ func waitCaughtUp(ctx context.Context, pgPool *pgxpool.Pool, waited time.Duratio
 			continue
 		}
 		if !flowing {
-			logCaughtUp(ctx, pgPool, log)
+			logCaughtUp(ctx, pgPool, dlqBefore, log)
 			return
 		}
 	}
@@ -380,10 +388,11 @@ func waitCaughtUp(ctx context.Context, pgPool *pgxpool.Pool, waited time.Duratio
 
 // logCaughtUp says that sync caught up, and what it left: aggregates held
 // by a failing event, aggregates waiting for another aggregate's events,
-// and the DLQ's depth. A batch run that left events behind says so as a
+// the DLQ's depth and how much it grew since dlqBefore (when not -1). A
+// batch run that left events behind or dead-lettered some says so as a
 // warning; the exit code stays 0 (the flag's contract): the operator reads
 // the log, `graphsync dlq list` and /metrics.
-func logCaughtUp(ctx context.Context, pgPool *pgxpool.Pool, log *zap.Logger) {
+func logCaughtUp(ctx context.Context, pgPool *pgxpool.Pool, dlqBefore int64, log *zap.Logger) {
 	stats, err := relay.ReadStats(ctx, pgPool)
 	if err != nil {
 		log.Info("caught up: every event that can flow was applied")
@@ -392,8 +401,18 @@ func logCaughtUp(ctx context.Context, pgPool *pgxpool.Pool, log *zap.Logger) {
 	}
 	fields := []zap.Field{zap.Int64("failing_aggregates", stats.BlockedAggregates),
 		zap.Int64("waiting_aggregates", stats.WaitingAggregates), zap.Int64("dlq_depth", stats.DLQDepth)}
+	var deadLettered int64
+	if dlqBefore >= 0 {
+		// The growth: a dlq retry or discard meanwhile takes from it.
+		deadLettered = max(stats.DLQDepth-dlqBefore, 0)
+		fields = append(fields, zap.Int64("dead_lettered", deadLettered))
+	}
 	if stats.BlockedAggregates+stats.WaitingAggregates > 0 {
 		log.Warn("caught up, with events left that cannot flow: failing, behind a failing event, or waiting for another aggregate's events", fields...)
+		return
+	}
+	if deadLettered > 0 {
+		log.Warn("caught up, with events moved to the DLQ during the run", fields...)
 		return
 	}
 	log.Info("caught up: every event that can flow was applied", fields...)
