@@ -252,11 +252,8 @@ func forwardLines(r *os.File, onLog func(line string)) {
 		if len(line) > 0 {
 			onLog(strings.TrimRight(string(line), "\r\n"))
 		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			// The rest of a long line is dropped.
-			for errors.Is(err, bufio.ErrBufferFull) {
-				_, err = lines.ReadSlice('\n')
-			}
+		for errors.Is(err, bufio.ErrBufferFull) {
+			_, err = lines.ReadSlice('\n') // the rest of a long line is dropped
 		}
 		if err != nil {
 			return
@@ -335,37 +332,27 @@ func startWorker(ctx context.Context, start workerStart, onLog func(line string)
 	}
 	// Pipes of our own: exec's would be closed by Wait, which may run
 	// before the process's last answer (its start error) is read.
-	childIn, in, err := os.Pipe()
-	if err != nil {
-		return nil, hello, fmt.Errorf("embed: model process: %w", err)
+	var pipes [3][2]*os.File // stdin, stdout, stderr: read end, write end
+	for i := range pipes {
+		if pipes[i][0], pipes[i][1], err = os.Pipe(); err != nil {
+			for _, made := range pipes[:i] {
+				closeFiles(made[:]...)
+			}
+			return nil, hello, fmt.Errorf("embed: model process: %w", err)
+		}
 	}
-	out, childOut, err := os.Pipe()
-	if err != nil {
-		childIn.Close()
-		in.Close()
-		return nil, hello, fmt.Errorf("embed: model process: %w", err)
-	}
-	logs, childErr, err := os.Pipe()
-	if err != nil {
-		childIn.Close()
-		in.Close()
-		out.Close()
-		childOut.Close()
-		return nil, hello, fmt.Errorf("embed: model process: %w", err)
-	}
+	childIn, in := pipes[0][0], pipes[0][1]
+	out, childOut := pipes[1][0], pipes[1][1]
+	logs, childErr := pipes[2][0], pipes[2][1]
 	cmd := exec.Command(exe)
 	cmd.Args = []string{filepath.Base(exe) + " (model process)"}
 	cmd.Env = workerEnviron(os.Environ())
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = childIn, childOut, childErr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	err = cmd.Start()
-	childIn.Close()
-	childOut.Close()
-	childErr.Close()
+	closeFiles(childIn, childOut, childErr)
 	if err != nil {
-		in.Close()
-		out.Close()
-		logs.Close()
+		closeFiles(in, out, logs)
 		return nil, hello, fmt.Errorf("embed: start the model process: %w", err)
 	}
 	p := &workerProc{cmd: cmd, in: in, out: out, read: bufio.NewReader(out), done: make(chan struct{}), logged: make(chan struct{})}
@@ -388,6 +375,13 @@ func startWorker(ctx context.Context, start workerStart, onLog func(line string)
 		return nil, hello, &workerStartError{msg: hello.Error, kind: hello.Kind}
 	}
 	return p, hello, nil
+}
+
+// closeFiles closes files.
+func closeFiles(files ...*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }
 
 // exchange writes request and reads the answer into answer. When ctx ends
